@@ -1,0 +1,124 @@
+// Printing a resolved config as TOML (schema order, every field) and JSON.
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "config/schema.h"
+
+namespace meridian {
+namespace {
+
+namespace schema = config_schema;
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+/// A field's value as a toml++ node, so quoting/escaping follows TOML rules.
+template <class S>
+std::string toml_value(const S& section, const schema::Field<S>& field) {
+  std::ostringstream out;
+  std::visit(Overloaded{
+                 [&](bool S::*m) { out << toml::value<bool>(section.*m); },
+                 [&](double S::*m) { out << schema::format_double(section.*m); },
+                 [&](std::uint64_t S::*m) { out << section.*m; },
+                 [&](std::uint32_t S::*m) { out << section.*m; },
+                 [&](std::string S::*m) { out << toml::value<std::string>(section.*m); },
+                 [&](std::optional<std::uint64_t> S::*m) {
+                   if (section.*m) {
+                     out << *(section.*m);
+                   } else {
+                     out << "\"auto\"";
+                   }
+                 },
+                 [&](FabricKind S::*m) { out << '"' << to_string(section.*m) << '"'; },
+                 [&](ReasoningParser S::*m) { out << '"' << to_string(section.*m) << '"'; },
+                 [&](std::vector<std::uint32_t> S::*m) {
+                   toml::array array;
+                   for (std::uint32_t id : section.*m) array.push_back(static_cast<std::int64_t>(id));
+                   out << array;
+                 },
+                 [&](std::vector<std::string> S::*m) {
+                   toml::array array;
+                   for (const std::string& s : section.*m) array.push_back(s);
+                   out << array;
+                 },
+             },
+             field.member);
+  return out.str();
+}
+
+template <class S>
+nlohmann::ordered_json json_value(const S& section, const schema::Field<S>& field) {
+  return std::visit(Overloaded{
+                        [&](std::optional<std::uint64_t> S::*m) -> nlohmann::ordered_json {
+                          if (section.*m) return *(section.*m);
+                          return "auto";
+                        },
+                        [&](FabricKind S::*m) -> nlohmann::ordered_json { return to_string(section.*m); },
+                        [&](ReasoningParser S::*m) -> nlohmann::ordered_json { return to_string(section.*m); },
+                        [&](auto m) -> nlohmann::ordered_json { return section.*m; },
+                    },
+                    field.member);
+}
+
+template <class Fn>
+void for_each_model(const MeridianConfig& config, std::optional<std::string_view> only_model, Fn&& fn) {
+  if (only_model) {
+    fn(config.model(*only_model));
+    return;
+  }
+  for (const auto& [name, model] : config.models) fn(model);
+}
+
+}  // namespace
+
+std::string to_toml(const MeridianConfig& config, std::optional<std::string_view> only_model) {
+  std::string out;
+  const auto emit_fields = [&](const auto& section, const auto& fields) {
+    for (const auto& field : fields) out += fmt::format("{} = {}\n", field.key, toml_value(section, field));
+  };
+  schema::for_each_section([&](const auto& section) {
+    if (!out.empty()) out += '\n';
+    out += fmt::format("[{}]\n", section.name);
+    emit_fields(config.*section.member, section.fields);
+  });
+  for_each_model(config, only_model, [&](const ModelConfig& model) {
+    out += fmt::format("\n[model.{}]\n", model.name);
+    emit_fields(model, schema::model_fields());
+  });
+  return out;
+}
+
+std::string to_json(const MeridianConfig& config, std::optional<std::string_view> only_model) {
+  nlohmann::ordered_json root = nlohmann::ordered_json::object();
+  const auto fill = [](const auto& section, const auto& fields) {
+    nlohmann::ordered_json table = nlohmann::ordered_json::object();
+    for (const auto& field : fields) table[std::string(field.key)] = json_value(section, field);
+    return table;
+  };
+  schema::for_each_section([&](const auto& section) {
+    root[std::string(section.name)] = fill(config.*section.member, section.fields);
+  });
+  nlohmann::ordered_json models = nlohmann::ordered_json::object();
+  for_each_model(config, only_model,
+                 [&](const ModelConfig& model) { models[model.name] = fill(model, schema::model_fields()); });
+  root["model"] = std::move(models);
+  return root.dump(2);
+}
+
+std::vector<std::string> config_field_paths() {
+  std::vector<std::string> paths;
+  schema::for_each_section([&](const auto& section) {
+    for (const auto& field : section.fields) paths.push_back(fmt::format("{}.{}", section.name, field.key));
+  });
+  for (const auto& field : schema::model_fields()) paths.push_back(fmt::format("model.<name>.{}", field.key));
+  return paths;
+}
+
+}  // namespace meridian

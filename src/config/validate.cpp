@@ -1,0 +1,203 @@
+// Range checks (driven by the schema tables) and cross-field rules. Runs on
+// every parsed config and on configs built by hand (e.g. from Python).
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "config/schema.h"
+
+namespace meridian {
+namespace {
+
+namespace schema = config_schema;
+
+class Validator {
+ public:
+  std::vector<ConfigIssue> run(const MeridianConfig& config) {
+    schema::for_each_section(
+        [&](const auto& section) { check_ranges(config.*section.member, section.fields, section.name); });
+    check_scheduler(config.scheduler);
+    check_kv_memory(config.kv_memory);
+    check_disagg(config.disagg);
+    check_telemetry(config.telemetry);
+    for (const auto& [name, model] : config.models) check_model(name, model);
+    return std::move(issues_);
+  }
+
+ private:
+  template <class S>
+  void check_ranges(const S& section, std::span<const schema::Field<S>> fields, std::string_view prefix) {
+    for (const auto& field : fields) {
+      const std::string path = fmt::format("{}.{}", prefix, field.key);
+      std::visit(
+          [&](auto member) {
+            using T = std::remove_cvref_t<decltype(section.*member)>;
+            const T& value = section.*member;
+            if constexpr (std::is_same_v<T, double>) {
+              range(path, field.range, value, schema::format_double(value));
+            } else if constexpr (std::is_same_v<T, std::uint64_t> || std::is_same_v<T, std::uint32_t>) {
+              range(path, field.range, static_cast<double>(value), fmt::format("{}", value));
+            } else if constexpr (std::is_same_v<T, std::optional<std::uint64_t>>) {
+              if (value) range(path, field.range, static_cast<double>(*value), fmt::format("{}", *value));
+            } else if constexpr (std::is_same_v<T, std::string>) {
+              if (!field.choices.empty() &&
+                  std::find(field.choices.begin(), field.choices.end(), value) == field.choices.end()) {
+                add(path, fmt::format("{} must be one of \"{}\"; got \"{}\"", path,
+                                      fmt::join(field.choices, "\", \""), value));
+              }
+            }
+          },
+          field.member);
+    }
+  }
+
+  void range(const std::string& path, const schema::NumericRange& r, double value, const std::string& shown) {
+    if (!schema::in_range(r, value)) add(path, fmt::format("{} {}; got {}", path, schema::describe_range(r), shown));
+  }
+
+  void check_scheduler(const SchedulerConfig& s) {
+    if (s.min_think_tokens >= s.max_think_tokens) {
+      add("scheduler.min_think_tokens",
+          fmt::format("scheduler.min_think_tokens must be < scheduler.max_think_tokens; got "
+                      "min_think_tokens = {}, max_think_tokens = {}",
+                      s.min_think_tokens, s.max_think_tokens));
+    }
+  }
+
+  void check_kv_memory(const KvMemoryConfig& kv) {
+    if (kv.capacity_bytes && *kv.capacity_bytes > 0 && *kv.capacity_bytes < kv.block_size_bytes) {
+      add("kv_memory.capacity_bytes",
+          fmt::format("kv_memory.capacity_bytes must hold at least one block (>= "
+                      "kv_memory.block_size_bytes = {}); got {}",
+                      kv.block_size_bytes, *kv.capacity_bytes));
+    }
+  }
+
+  void check_disagg(const DisaggConfig& d) {
+    if (d.enabled && d.fabric == FabricKind::kNone) {
+      add("disagg.fabric",
+          "disagg.fabric must be \"nixl\" or \"mooncake\" when disagg.enabled = true; got \"none\"");
+    }
+  }
+
+  void check_telemetry(const TelemetryConfig& t) {
+    if (t.prometheus_host.empty()) add("telemetry.prometheus_host", "telemetry.prometheus_host must not be empty");
+    if (t.service_name.empty()) add("telemetry.service_name", "telemetry.service_name must not be empty");
+    const bool http = t.otlp_endpoint.starts_with("http://") || t.otlp_endpoint.starts_with("https://");
+    if (!http || t.otlp_endpoint.find_first_of(" \t\r\n") != std::string::npos) {
+      add("telemetry.otlp_endpoint",
+          fmt::format("telemetry.otlp_endpoint must be an http:// or https:// URL; got \"{}\"", t.otlp_endpoint));
+    }
+  }
+
+  void check_model(const std::string& name, const ModelConfig& m) {
+    const std::string prefix = "model." + name;
+    const auto parser = to_string(m.reasoning_parser);
+    if (m.reasoning_parser == ReasoningParser::kGranite) {
+      for (const auto* list : {&m.think_start_markers, &m.think_end_markers}) {
+        if (list->empty()) {
+          const char* key = list == &m.think_start_markers ? "think_start_markers" : "think_end_markers";
+          add(fmt::format("{}.{}", prefix, key),
+              fmt::format("{}.{} must not be empty when reasoning_parser = \"{}\"", prefix, key, parser));
+        }
+      }
+    } else if (m.think_end_token_ids.empty()) {
+      add(prefix + ".think_end_token_ids",
+          fmt::format("{}.think_end_token_ids must not be empty when reasoning_parser = \"{}\"", prefix, parser));
+    }
+
+    const std::pair<const char*, const std::vector<std::uint32_t>*> id_lists[] = {
+        {"think_start_token_ids", &m.think_start_token_ids},
+        {"think_end_token_ids", &m.think_end_token_ids},
+        {"eos_token_ids", &m.eos_token_ids},
+        {"tool_call_start_token_ids", &m.tool_call_start_token_ids},
+        {"tool_call_end_token_ids", &m.tool_call_end_token_ids},
+    };
+    std::map<std::uint32_t, const char*> owner;
+    for (const auto& [key, ids] : id_lists) {
+      const std::string path = fmt::format("{}.{}", prefix, key);
+      if (ids->size() > schema::kMaxBoundaryIds) {
+        add(path, fmt::format("{} must have at most {} entries; got {}", path, schema::kMaxBoundaryIds, ids->size()));
+      }
+      for (std::size_t i = 0; i < ids->size(); ++i) {
+        const std::uint32_t id = (*ids)[i];
+        auto [it, inserted] = owner.emplace(id, key);
+        if (!inserted) {
+          add(fmt::format("{}[{}]", path, i),
+              fmt::format("{}[{}] = {} is also listed in {}.{}; a token can have only one role", path, i, id,
+                          prefix, it->second));
+        }
+      }
+    }
+    if (m.tool_call_start_token_ids.empty() != m.tool_call_end_token_ids.empty()) {
+      add(prefix + ".tool_call_end_token_ids",
+          fmt::format("{}.tool_call_start_token_ids and {}.tool_call_end_token_ids must both be set or both "
+                      "be empty",
+                      prefix, prefix));
+    }
+
+    std::set<std::string> seen_markers;
+    for (const auto* list : {&m.think_start_markers, &m.think_end_markers}) {
+      const std::string path =
+          fmt::format("{}.{}", prefix, list == &m.think_start_markers ? "think_start_markers" : "think_end_markers");
+      if (list->size() > schema::kMaxMarkers) {
+        add(path, fmt::format("{} must have at most {} entries; got {}", path, schema::kMaxMarkers, list->size()));
+      }
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        const std::string& marker = (*list)[i];
+        if (marker.empty() || marker.size() > schema::kMaxMarkerBytes) {
+          add(fmt::format("{}[{}]", path, i),
+              fmt::format("{}[{}] must be 1 to {} bytes long; got {} bytes", path, i, schema::kMaxMarkerBytes,
+                          marker.size()));
+        } else if (!seen_markers.insert(marker).second) {
+          add(fmt::format("{}[{}]", path, i),
+              fmt::format("{}[{}] = \"{}\" appears more than once among the markers", path, i, marker));
+        }
+      }
+    }
+  }
+
+  void add(std::string path, std::string message) {
+    issues_.push_back(ConfigIssue{std::move(path), std::move(message), "", 0, 0});
+  }
+
+  std::vector<ConfigIssue> issues_;
+};
+
+}  // namespace
+
+std::vector<ConfigIssue> validate(const MeridianConfig& config) { return Validator{}.run(config); }
+
+void validate_or_throw(const MeridianConfig& config) {
+  auto issues = validate(config);
+  if (!issues.empty()) throw ConfigError(std::move(issues));
+}
+
+std::uint64_t KvMemoryConfig::resolve_capacity_bytes(std::uint64_t device_total_bytes) const {
+  if (capacity_bytes) return *capacity_bytes;
+  // "auto": 85% of the device, rounded down to whole blocks.
+  const auto budget = static_cast<std::uint64_t>(static_cast<long double>(device_total_bytes) * 0.85L);
+  return block_size_bytes == 0 ? budget : budget - budget % block_size_bytes;
+}
+
+std::string_view to_string(FabricKind fabric) noexcept {
+  switch (fabric) {
+    case FabricKind::kNixl: return "nixl";
+    case FabricKind::kMooncake: return "mooncake";
+    case FabricKind::kNone: break;
+  }
+  return "none";
+}
+
+std::string_view to_string(ReasoningParser parser) noexcept {
+  switch (parser) {
+    case ReasoningParser::kDeepSeekR1: return "deepseek_r1";
+    case ReasoningParser::kGranite: return "granite";
+    case ReasoningParser::kQwen3: break;
+  }
+  return "qwen3";
+}
+
+}  // namespace meridian
