@@ -25,9 +25,10 @@
 // contend. Tokens of one request must be fed in order (from one thread at a
 // time), as an engine naturally does.
 //
-// Allocation: begin() may allocate (the map grows); on_token(), on_tokens(),
-// request_force() and the queries never allocate once a batch size has been
-// seen (on_tokens keeps a per-thread scratch buffer).
+// Allocation: begin() may allocate (the map grows); on_token(),
+// request_force() and the queries never allocate; on_tokens() allocates only
+// when a contended step is larger than any before on that thread (it keeps a
+// per-thread scratch buffer for that case).
 //
 // Ownership: the router owns its state and copies what it needs from the
 // ModelConfig at construction; it is neither copyable nor movable.
@@ -126,8 +127,10 @@ class PhaseRouter {
 
   /// Feed one engine step's tokens: ids[i] generated tokens[i] (and texts[i],
   /// if texts is non-empty). Writes at most one event per token to `events`
-  /// (which must be at least as long as `ids`) and returns how many. Events
-  /// are grouped by shard; each request's events keep their order.
+  /// (which must be at least as long as `ids`) and returns how many. Takes
+  /// each shard's lock once per step (the hot path an engine should use).
+  /// Events come in input order when no other thread holds a shard the step
+  /// needs, otherwise grouped by shard; each request's events keep their order.
   std::size_t on_tokens(std::span<const RequestId> ids, std::span<const TokenId> tokens,
                         std::span<PhaseEvent> events, std::span<const std::string_view> texts = {});
 

@@ -1,13 +1,16 @@
 #include "meridian/phase_router.h"
 
 #include <atomic>
-#include <mutex>
+#include <bit>
+#include <thread>
 #include <vector>
+#include <mutex>  // std::lock_guard
 
 #include <absl/container/flat_hash_map.h>
 #include <fmt/format.h>
 
 #include "router/boundaries.h"
+#include "router/spin_lock.h"
 
 namespace meridian {
 namespace {
@@ -56,7 +59,7 @@ std::int64_t steady_now_ns() noexcept {
 }
 
 struct alignas(64) Shard {
-  mutable std::mutex mu;
+  mutable router_detail::SpinLock mu;
   absl::flat_hash_map<RequestId, RequestState> requests;
 };
 
@@ -245,13 +248,40 @@ struct PhaseRouter::Impl {
     return std::nullopt;
   }
 
-  std::optional<PhaseEvent> on_token_locked(Shard& shard, RequestId id, TokenId token, std::string_view text,
-                                            std::int64_t now) {
+  // The common token: ordinary, no force in play, no prose to scan. Returns
+  // false when the full state machine must run.
+  [[gnu::always_inline]] bool fast_path(RequestState& s, TokenId token, std::int64_t now) const noexcept {
+    if (s.flags != 0 || prose() || roles.role(token) != TokenRole::kOrdinary) return false;
+    if (s.phase == Phase::kOutputDecode) {
+      ++s.output_tokens;
+    } else if (s.phase == Phase::kThinkDecode && s.think_tokens + 1 < limits.max_think_tokens) {
+      ++s.think_tokens;
+    } else {
+      return false;
+    }
+    s.last_active_ns = now;
+    return true;
+  }
+
+  // Caller holds shard.mu. The lookup and the fast path are inlined into the
+  // batch loop; anything unusual leaves through slow_token().
+  [[gnu::always_inline]] std::optional<PhaseEvent> on_token_locked(Shard& shard, RequestId id, TokenId token,
+                                                                   std::string_view text, std::int64_t now) {
     auto it = shard.requests.find(id);
-    if (it == shard.requests.end()) {
+    if (it == shard.requests.end()) [[unlikely]] {
       AtomicCounters::bump(counters.unknown_request_tokens);
       return std::nullopt;
     }
+    if (fast_path(it->second, token, now)) [[likely]] {
+      return std::nullopt;
+    }
+    return slow_token(shard, it, id, token, text, now);
+  }
+
+  [[gnu::noinline]] std::optional<PhaseEvent> slow_token(Shard& shard,
+                                                         absl::flat_hash_map<RequestId, RequestState>::iterator it,
+                                                         RequestId id, TokenId token, std::string_view text,
+                                                         std::int64_t now) {
     bool completed = false;
     auto result = advance(id, it->second, token, text, now, completed);
     if (completed) {
@@ -337,13 +367,39 @@ std::size_t PhaseRouter::on_tokens(std::span<const RequestId> ids, std::span<con
   const auto text_at = [&](std::size_t i) { return texts.empty() ? std::string_view{} : texts[i]; };
   std::size_t produced = 0;
 
-  // Bucket the step's tokens by shard (a stable counting sort into a reused
-  // per-thread buffer) so each shard's lock is taken once per step.
+  // Uncontended (the usual case: one scheduler thread per engine): take
+  // every shard the step touches with try_lock, then process the tokens in
+  // input order - one lock per shard per step and sequential input access.
+  std::uint64_t touched = 0;
+  for (RequestId id : ids) touched |= 1ULL << shard_index(id);
+  std::uint64_t held = 0;
+  for (std::uint64_t rest = touched; rest != 0; rest &= rest - 1) {
+    const auto s = static_cast<std::size_t>(std::countr_zero(rest));
+    if (!impl.shards[s].mu.try_lock()) break;
+    held |= 1ULL << s;
+  }
+  if (held == touched) {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (auto e = impl.on_token_locked(impl.shard_for(ids[i]), ids[i], tokens[i], text_at(i), now)) {
+        events[produced++] = *e;
+      }
+    }
+  }
+  for (std::uint64_t rest = held; rest != 0; rest &= rest - 1) {
+    impl.shards[static_cast<std::size_t>(std::countr_zero(rest))].mu.unlock();
+  }
+  if (held == touched) return produced;
+
+  // Contended: another thread holds some shard. Bucket the tokens by shard
+  // (stable counting sort into per-thread buffers that only grow) and visit
+  // one shard at a time, each lock held just for that shard's tokens, so
+  // threads working on different shards proceed in parallel. Start at a
+  // per-thread offset so that two such threads rarely meet on one shard.
   thread_local std::vector<std::uint32_t> order;
   thread_local std::vector<std::uint8_t> shard_of;
-  std::array<std::uint32_t, kShardCount + 1> offsets{};
   order.resize(ids.size());
   shard_of.resize(ids.size());
+  std::array<std::uint32_t, kShardCount + 1> offsets{};
   for (std::size_t i = 0; i < ids.size(); ++i) {
     shard_of[i] = static_cast<std::uint8_t>(shard_index(ids[i]));
     ++offsets[shard_of[i] + 1U];
@@ -352,13 +408,14 @@ std::size_t PhaseRouter::on_tokens(std::span<const RequestId> ids, std::span<con
   std::array<std::uint32_t, kShardCount> cursor{};
   std::copy_n(offsets.begin(), kShardCount, cursor.begin());
   for (std::size_t i = 0; i < ids.size(); ++i) order[cursor[shard_of[i]]++] = static_cast<std::uint32_t>(i);
-
-  for (std::size_t s = 0; s < kShardCount; ++s) {
+  const std::size_t start = std::hash<std::thread::id>{}(std::this_thread::get_id()) % kShardCount;
+  for (std::size_t k = 0; k < kShardCount; ++k) {
+    const std::size_t s = (start + k) % kShardCount;
     if (offsets[s] == offsets[s + 1]) continue;
     Shard& shard = impl.shards[s];
     std::lock_guard lock(shard.mu);
-    for (std::uint32_t k = offsets[s]; k < offsets[s + 1]; ++k) {
-      const std::uint32_t i = order[k];
+    for (std::uint32_t j = offsets[s]; j < offsets[s + 1]; ++j) {
+      const std::uint32_t i = order[j];
       if (auto e = impl.on_token_locked(shard, ids[i], tokens[i], text_at(i), now)) events[produced++] = *e;
     }
   }

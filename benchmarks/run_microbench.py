@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Run build/bin/meridian-microbench and report each hot path as a ratio to
+the baseline measured in the same run (absolute times on a shared machine are
+noise; ratios are what docs/benchmarks.md records).
+
+Usage: run_microbench.py --binary build/bin/meridian-microbench --out bench-out/microbench.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+
+# (label, numerator benchmark, denominator benchmark, target description)
+RATIOS = [
+    ("router on_token / bare flat_hash_map (1 thread)",
+     "BM_RouterOnToken/real_time/threads:1", "BM_BareFlatHashMap", "<= 2.0"),
+    ("router on_tokens batch / bare flat_hash_map (1 thread)",
+     "BM_RouterOnTokensBatch/real_time/threads:1", "BM_BareFlatHashMap", "<= 2.0"),
+    ("mutex+unordered_map / router on_token (2 threads)",
+     "BM_MutexUnorderedMapRouter/real_time/threads:2", "BM_RouterOnToken/real_time/threads:2", ">= 10"),
+    ("mutex+unordered_map / router on_tokens batch (2 threads)",
+     "BM_MutexUnorderedMapRouter/real_time/threads:2", "BM_RouterOnTokensBatch/real_time/threads:2", ">= 10"),
+    ("mutex+unordered_map / router on_token (1 thread)",
+     "BM_MutexUnorderedMapRouter/real_time/threads:1", "BM_RouterOnToken/real_time/threads:1", "(context)"),
+]
+
+
+def ns_per_item(bench: dict) -> float:
+    return 1e9 / bench["items_per_second"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--repetitions", type=int, default=5)
+    parser.add_argument("--min-time", default="0.2")
+    args = parser.parse_args()
+
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    raw = out.with_suffix(".raw.json")
+    subprocess.run(
+        [args.binary, f"--benchmark_out={raw}", "--benchmark_out_format=json",
+         f"--benchmark_repetitions={args.repetitions}", f"--benchmark_min_time={args.min_time}",
+         "--benchmark_report_aggregates_only=true"],
+        check=True, stdout=subprocess.DEVNULL)
+    data = json.loads(raw.read_text())
+    # Medians across repetitions are robust to a noisy neighbour.
+    medians = {b["run_name"]: b for b in data["benchmarks"] if b.get("aggregate_name") == "median"}
+
+    rows = []
+    for label, num, den, target in RATIOS:
+        if num not in medians or den not in medians:
+            print(f"missing benchmark for '{label}': {num} or {den}", file=sys.stderr)
+            return 1
+        ratio = ns_per_item(medians[num]) / ns_per_item(medians[den])
+        rows.append({"ratio": label, "value": round(ratio, 2), "target": target,
+                     "numerator_ns_per_token": round(ns_per_item(medians[num]), 2),
+                     "denominator_ns_per_token": round(ns_per_item(medians[den]), 2)})
+    report = {"context": data["context"], "ratios": rows,
+              "ns_per_token": {k: round(ns_per_item(v), 2) for k, v in medians.items()}}
+    out.write_text(json.dumps(report, indent=2) + "\n")
+
+    width = max(len(r["ratio"]) for r in rows)
+    print(f"{'ratio'.ljust(width)}  value   target   (ns/token: numerator / denominator)")
+    for r in rows:
+        print(f"{r['ratio'].ljust(width)}  {r['value']:>5}   {r['target']:<7}  "
+              f"({r['numerator_ns_per_token']} / {r['denominator_ns_per_token']})")
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what Meridian needs to build and test: the Debian packages in
+# scripts/apt-packages.txt and, in .venv, the Python tools in
+# requirements-dev.txt. Idempotent and silent when everything is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages_file=${1:-scripts/apt-packages.txt}
+requirements_file=${2:-requirements-dev.txt}
+
+missing=()
+while read -r pkg; do
+  [[ -z "$pkg" || "$pkg" == \#* ]] && continue
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done < "$packages_file"
+
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  echo "setup: creating .venv with $($python --version 2>&1)"
+  "$python" -m venv .venv
+fi
+
+stamp=.venv/.meridian-requirements
+want=$(sha256sum "$requirements_file" | cut -d' ' -f1)
+if [[ ! -f "$stamp" ]] || ! grep -qx "$want" "$stamp"; then
+  echo "setup: installing Python packages from $requirements_file"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r "$requirements_file"
+  echo "$want" > "$stamp"
+fi
