@@ -6,8 +6,6 @@
 //                        std::unordered_map, same state machine.
 // Each token is a think-phase token of one of 1,024 live requests, visited in
 // a random order (what a continuous-batching step looks like).
-#include <benchmark/benchmark.h>
-
 #include <algorithm>
 #include <mutex>
 #include <random>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include <absl/container/flat_hash_map.h>
+#include <benchmark/benchmark.h>
 
 #include "meridian/phase_router.h"
 
@@ -160,7 +159,8 @@ void BM_MutexUnorderedMapRouter(benchmark::State& state) {
   const auto tokens = token_stream();
   std::int64_t now = 1;
   for (auto _ : state) {
-    for (std::size_t i = 0; i < kRequests; ++i) benchmark::DoNotOptimize(router.on_token(ids[i], tokens[i], now));
+    for (std::size_t i = 0; i < kRequests; ++i)
+      benchmark::DoNotOptimize(router.on_token(ids[i], tokens[i], now));
     ++now;
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kRequests));

@@ -60,8 +60,7 @@ std::function<int()> add_check_config(CLI::App& app) {
   auto options = std::make_shared<CheckConfigOptions>();
   CLI::App* sub = app.add_subcommand(
       "check-config", "Validate meridian.toml files and print the resolved configuration (exit 1 on errors)");
-  sub->add_option("files", options->files, "config files, overlaid on the defaults in order")
-      ->required();
+  sub->add_option("files", options->files, "config files, overlaid on the defaults in order")->required();
   sub->add_option("--model", options->model, "print only this model and fail if it is not defined");
   sub->add_option("--tokenizer", options->tokenizer,
                   "tokenizer.json to check the model's boundary ids against (needs --model)");

@@ -26,24 +26,24 @@ namespace meridian {
 
 /// [scheduler]: dual-queue policy, think-token bounds and phase-router timing.
 struct SchedulerConfig {
-  double think_tpot_budget_ms = 80.0;       ///< > 0; TPOT budget for think-phase tokens.
-  double output_tpot_budget_ms = 20.0;      ///< > 0; TPOT budget for output-phase tokens.
-  double think_batch_multiplier = 2.5;      ///< >= 1; think batch as a multiple of the output budget.
-  std::uint64_t max_think_tokens = 32768;   ///< > min_think_tokens; hard cap (a guarantee).
-  std::uint64_t min_think_tokens = 512;     ///< < max_think_tokens; nothing forces before this.
+  double think_tpot_budget_ms = 80.0;           ///< > 0; TPOT budget for think-phase tokens.
+  double output_tpot_budget_ms = 20.0;          ///< > 0; TPOT budget for output-phase tokens.
+  double think_batch_multiplier = 2.5;          ///< >= 1; think batch as a multiple of the output budget.
+  std::uint64_t max_think_tokens = 32768;       ///< > min_think_tokens; hard cap (a guarantee).
+  std::uint64_t min_think_tokens = 512;         ///< < max_think_tokens; nothing forces before this.
   std::uint32_t force_reissue_grace_steps = 1;  ///< >= 1; steps a forced </think> may take to land.
-  double reap_idle_after_s = 60.0;          ///< > 0; router state idle this long is reaped.
+  double reap_idle_after_s = 60.0;              ///< > 0; router state idle this long is reaped.
 
   friend bool operator==(const SchedulerConfig&, const SchedulerConfig&) = default;
 };
 
 /// [entropy]: entropy probe and convergence / overthinking thresholds.
 struct EntropyConfig {
-  bool enabled = true;                        ///< false: hard-cap forcing only.
-  double ema_alpha = 0.05;                    ///< (0, 1]
-  double rpdi_threshold = 3.0;                ///< > 1
-  double eat_ema_variance_threshold = 0.001;  ///< > 0 (nats^2)
-  double transition_entropy_threshold = 2.5;  ///< > 0 (nats)
+  bool enabled = true;                           ///< false: hard-cap forcing only.
+  double ema_alpha = 0.05;                       ///< (0, 1]
+  double rpdi_threshold = 3.0;                   ///< > 1
+  double eat_ema_variance_threshold = 0.001;     ///< > 0 (nats^2)
+  double transition_entropy_threshold = 2.5;     ///< > 0 (nats)
   std::uint32_t eat_probe_interval_tokens = 32;  ///< >= 1
 
   friend bool operator==(const EntropyConfig&, const EntropyConfig&) = default;
@@ -70,7 +70,7 @@ enum class FabricKind : std::uint8_t { kNone, kNixl, kMooncake };
 /// [disagg]: disaggregated KV transfer (ADR-0006 of the original design).
 struct DisaggConfig {
   bool enabled = false;
-  FabricKind fabric = FabricKind::kNone;  ///< must not be kNone when enabled
+  FabricKind fabric = FabricKind::kNone;       ///< must not be kNone when enabled
   std::uint32_t offload_threshold_blocks = 4;  ///< >= 1
 
   friend bool operator==(const DisaggConfig&, const DisaggConfig&) = default;

@@ -24,9 +24,9 @@ class Error : public std::runtime_error {
 
 /// One problem found while parsing or validating configuration.
 struct ConfigIssue {
-  std::string path;     ///< Dotted path of the offending field, e.g. "entropy.ema_alpha".
-  std::string message;  ///< Full sentence starting with the path, e.g. "<path> must be > 0; got 0".
-  std::string source;   ///< File name (or "<string>") the value came from; empty if unknown.
+  std::string path;          ///< Dotted path of the offending field, e.g. "entropy.ema_alpha".
+  std::string message;       ///< Full sentence starting with the path, e.g. "<path> must be > 0; got 0".
+  std::string source;        ///< File name (or "<string>") the value came from; empty if unknown.
   std::uint32_t line = 0;    ///< 1-based line of the value, 0 if unknown.
   std::uint32_t column = 0;  ///< 1-based column of the value, 0 if unknown.
 

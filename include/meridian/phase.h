@@ -40,8 +40,8 @@ struct PhaseEvent {
   RequestId request_id = 0;
   PhaseEventKind kind = PhaseEventKind::kEnterThink;
   ForceReason reason = ForceReason::kHardCap;  ///< kForceBudget; kExitThink when forced
-  bool reissue = false;  ///< kForceBudget: an earlier force has not landed within the grace
-  bool forced = false;   ///< kExitThink: a force was pending when </think> arrived
+  bool reissue = false;            ///< kForceBudget: an earlier force has not landed within the grace
+  bool forced = false;             ///< kExitThink: a force was pending when </think> arrived
   std::uint64_t think_tokens = 0;  ///< think tokens generated so far
 
   friend bool operator==(const PhaseEvent&, const PhaseEvent&) = default;

@@ -92,7 +92,7 @@ struct RouterCounters {
   std::uint64_t think_disable_ignored = 0;  ///< thinking_disabled on a model without support
   std::uint64_t enter_think = 0;
   std::uint64_t exit_think = 0;
-  std::uint64_t forced_exits = 0;  ///< exits that arrived while a force was pending
+  std::uint64_t forced_exits = 0;                ///< exits that arrived while a force was pending
   std::array<std::uint64_t, 3> forces_issued{};  ///< by ForceReason
   std::uint64_t forces_reissued = 0;
   std::uint64_t completed = 0;  ///< EOS seen

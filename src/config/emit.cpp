@@ -55,16 +55,17 @@ std::string toml_value(const S& section, const schema::Field<S>& field) {
 
 template <class S>
 nlohmann::ordered_json json_value(const S& section, const schema::Field<S>& field) {
-  return std::visit(Overloaded{
-                        [&](std::optional<std::uint64_t> S::*m) -> nlohmann::ordered_json {
-                          if (section.*m) return *(section.*m);
-                          return "auto";
-                        },
-                        [&](FabricKind S::*m) -> nlohmann::ordered_json { return to_string(section.*m); },
-                        [&](ReasoningParser S::*m) -> nlohmann::ordered_json { return to_string(section.*m); },
-                        [&](auto m) -> nlohmann::ordered_json { return section.*m; },
-                    },
-                    field.member);
+  return std::visit(
+      Overloaded{
+          [&](std::optional<std::uint64_t> S::*m) -> nlohmann::ordered_json {
+            if (section.*m) return *(section.*m);
+            return "auto";
+          },
+          [&](FabricKind S::*m) -> nlohmann::ordered_json { return to_string(section.*m); },
+          [&](ReasoningParser S::*m) -> nlohmann::ordered_json { return to_string(section.*m); },
+          [&](auto m) -> nlohmann::ordered_json { return section.*m; },
+      },
+      field.member);
 }
 
 template <class Fn>

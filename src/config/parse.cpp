@@ -102,8 +102,8 @@ class DocumentReader {
     for (const auto& f : fields) known.push_back(f.key);
     for (const auto& [key, node] : table) {
       const std::string path = fmt::format("{}.{}", prefix, key.str());
-      const auto field = std::find_if(fields.begin(), fields.end(),
-                                       [&](const auto& f) { return f.key == key.str(); });
+      const auto field =
+          std::find_if(fields.begin(), fields.end(), [&](const auto& f) { return f.key == key.str(); });
       if (field == fields.end()) {
         unknown_key(path, node, std::string(key.str()), known,
                     fmt::format("is not a known key of [{}]", prefix));
@@ -126,10 +126,9 @@ class DocumentReader {
         continue;
       }
       remember(path, node);
-      const bool valid_name =
-          !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
-            return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-';
-          });
+      const bool valid_name = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-';
+      });
       if (!valid_name) {
         issue(path, node,
               fmt::format("{}: a model name may contain only letters, digits, '_' and '-'", path));
@@ -150,115 +149,111 @@ class DocumentReader {
   }
 
   template <class S>
-  void read_value(S& target, const schema::Field<S>& field, const toml::node& node,
-                  const std::string& path) {
-    std::visit(
-        Overloaded{
-            [&](bool S::*m) {
-              if (const auto* v = node.as_boolean()) {
-                target.*m = v->get();
-              } else {
-                wrong_type(path, node, "a boolean (true or false)");
-              }
-            },
-            [&](double S::*m) {
-              if (const auto* v = node.as_floating_point()) {
-                target.*m = v->get();
-              } else if (const auto* i = node.as_integer()) {
-                target.*m = static_cast<double>(i->get());
-              } else {
-                wrong_type(path, node, "a number");
-              }
-            },
-            [&](std::uint64_t S::*m) {
-              if (auto v = read_unsigned(node, path, std::numeric_limits<std::uint64_t>::max())) {
-                target.*m = *v;
-              }
-            },
-            [&](std::uint32_t S::*m) {
-              if (auto v = read_unsigned(node, path, std::numeric_limits<std::uint32_t>::max())) {
-                target.*m = static_cast<std::uint32_t>(*v);
-              }
-            },
-            [&](std::string S::*m) {
-              if (const auto* v = node.as_string()) {
-                if (!field.choices.empty() &&
-                    std::find(field.choices.begin(), field.choices.end(), v->get()) ==
-                        field.choices.end()) {
-                  not_a_choice(path, node, field.choices);
-                } else {
-                  target.*m = v->get();
-                }
-              } else {
-                wrong_type(path, node, "a string");
-              }
-            },
-            [&](std::optional<std::uint64_t> S::*m) {
-              if (const auto* s = node.as_string(); s != nullptr && s->get() == "auto") {
-                target.*m = std::nullopt;
-              } else if (node.is_integer()) {
-                if (auto v = read_unsigned(node, path, std::numeric_limits<std::uint64_t>::max())) {
-                  target.*m = *v;
-                }
-              } else {
-                wrong_type(path, node, "a positive integer or \"auto\"");
-              }
-            },
-            [&](FabricKind S::*m) {
-              if (auto index = read_choice(node, path, schema::fabric_choices())) {
-                static constexpr std::array kKinds{FabricKind::kNone, FabricKind::kNixl,
-                                                   FabricKind::kMooncake};
-                target.*m = kKinds.at(*index);
-              }
-            },
-            [&](ReasoningParser S::*m) {
-              if (auto index = read_choice(node, path, schema::reasoning_parser_choices())) {
-                static constexpr std::array kParsers{ReasoningParser::kQwen3,
-                                                     ReasoningParser::kDeepSeekR1,
-                                                     ReasoningParser::kGranite};
-                target.*m = kParsers.at(*index);
-              }
-            },
-            [&](std::vector<std::uint32_t> S::*m) {
-              const toml::array* array = node.as_array();
-              if (array == nullptr) {
-                wrong_type(path, node, "an array of token ids");
-                return;
-              }
-              std::vector<std::uint32_t> ids;
-              bool ok = true;
-              for (std::size_t i = 0; i < array->size(); ++i) {
-                const std::string item_path = fmt::format("{}[{}]", path, i);
-                if (auto v = read_unsigned(*array->get(i), item_path,
-                                           std::numeric_limits<std::uint32_t>::max())) {
-                  ids.push_back(static_cast<std::uint32_t>(*v));
-                } else {
-                  ok = false;
-                }
-              }
-              if (ok) target.*m = std::move(ids);
-            },
-            [&](std::vector<std::string> S::*m) {
-              const toml::array* array = node.as_array();
-              if (array == nullptr) {
-                wrong_type(path, node, "an array of strings");
-                return;
-              }
-              std::vector<std::string> items;
-              bool ok = true;
-              for (std::size_t i = 0; i < array->size(); ++i) {
-                const toml::node& item = *array->get(i);
-                if (const auto* s = item.as_string()) {
-                  items.push_back(s->get());
-                } else {
-                  wrong_type(fmt::format("{}[{}]", path, i), item, "a string");
-                  ok = false;
-                }
-              }
-              if (ok) target.*m = std::move(items);
-            },
-        },
-        field.member);
+  void read_value(S& target, const schema::Field<S>& field, const toml::node& node, const std::string& path) {
+    std::visit(Overloaded{
+                   [&](bool S::*m) {
+                     if (const auto* v = node.as_boolean()) {
+                       target.*m = v->get();
+                     } else {
+                       wrong_type(path, node, "a boolean (true or false)");
+                     }
+                   },
+                   [&](double S::*m) {
+                     if (const auto* v = node.as_floating_point()) {
+                       target.*m = v->get();
+                     } else if (const auto* i = node.as_integer()) {
+                       target.*m = static_cast<double>(i->get());
+                     } else {
+                       wrong_type(path, node, "a number");
+                     }
+                   },
+                   [&](std::uint64_t S::*m) {
+                     if (auto v = read_unsigned(node, path, std::numeric_limits<std::uint64_t>::max())) {
+                       target.*m = *v;
+                     }
+                   },
+                   [&](std::uint32_t S::*m) {
+                     if (auto v = read_unsigned(node, path, std::numeric_limits<std::uint32_t>::max())) {
+                       target.*m = static_cast<std::uint32_t>(*v);
+                     }
+                   },
+                   [&](std::string S::*m) {
+                     if (const auto* v = node.as_string()) {
+                       if (!field.choices.empty() && std::find(field.choices.begin(), field.choices.end(),
+                                                               v->get()) == field.choices.end()) {
+                         not_a_choice(path, node, field.choices);
+                       } else {
+                         target.*m = v->get();
+                       }
+                     } else {
+                       wrong_type(path, node, "a string");
+                     }
+                   },
+                   [&](std::optional<std::uint64_t> S::*m) {
+                     if (const auto* s = node.as_string(); s != nullptr && s->get() == "auto") {
+                       target.*m = std::nullopt;
+                     } else if (node.is_integer()) {
+                       if (auto v = read_unsigned(node, path, std::numeric_limits<std::uint64_t>::max())) {
+                         target.*m = *v;
+                       }
+                     } else {
+                       wrong_type(path, node, "a positive integer or \"auto\"");
+                     }
+                   },
+                   [&](FabricKind S::*m) {
+                     if (auto index = read_choice(node, path, schema::fabric_choices())) {
+                       static constexpr std::array kKinds{FabricKind::kNone, FabricKind::kNixl,
+                                                          FabricKind::kMooncake};
+                       target.*m = kKinds.at(*index);
+                     }
+                   },
+                   [&](ReasoningParser S::*m) {
+                     if (auto index = read_choice(node, path, schema::reasoning_parser_choices())) {
+                       static constexpr std::array kParsers{
+                           ReasoningParser::kQwen3, ReasoningParser::kDeepSeekR1, ReasoningParser::kGranite};
+                       target.*m = kParsers.at(*index);
+                     }
+                   },
+                   [&](std::vector<std::uint32_t> S::*m) {
+                     const toml::array* array = node.as_array();
+                     if (array == nullptr) {
+                       wrong_type(path, node, "an array of token ids");
+                       return;
+                     }
+                     std::vector<std::uint32_t> ids;
+                     bool ok = true;
+                     for (std::size_t i = 0; i < array->size(); ++i) {
+                       const std::string item_path = fmt::format("{}[{}]", path, i);
+                       if (auto v = read_unsigned(*array->get(i), item_path,
+                                                  std::numeric_limits<std::uint32_t>::max())) {
+                         ids.push_back(static_cast<std::uint32_t>(*v));
+                       } else {
+                         ok = false;
+                       }
+                     }
+                     if (ok) target.*m = std::move(ids);
+                   },
+                   [&](std::vector<std::string> S::*m) {
+                     const toml::array* array = node.as_array();
+                     if (array == nullptr) {
+                       wrong_type(path, node, "an array of strings");
+                       return;
+                     }
+                     std::vector<std::string> items;
+                     bool ok = true;
+                     for (std::size_t i = 0; i < array->size(); ++i) {
+                       const toml::node& item = *array->get(i);
+                       if (const auto* s = item.as_string()) {
+                         items.push_back(s->get());
+                       } else {
+                         wrong_type(fmt::format("{}[{}]", path, i), item, "a string");
+                         ok = false;
+                       }
+                     }
+                     if (ok) target.*m = std::move(items);
+                   },
+               },
+               field.member);
   }
 
   std::optional<std::uint64_t> read_unsigned(const toml::node& node, const std::string& path,
@@ -296,8 +291,7 @@ class DocumentReader {
   }
 
   void wrong_type(const std::string& path, const toml::node& node, std::string_view expected) {
-    issue(path, node,
-          fmt::format("{} must be {}; got {} {}", path, expected, type_name(node), render(node)));
+    issue(path, node, fmt::format("{} must be {}; got {} {}", path, expected, type_name(node), render(node)));
   }
 
   void not_a_choice(const std::string& path, const toml::node& node, schema::Choices choices) {
@@ -372,9 +366,9 @@ namespace {
 std::string read_file(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) {
-    throw ConfigError({ConfigIssue{"", fmt::format("cannot read config file '{}': {}", file.string(),
-                                                   std::strerror(errno)),
-                                   file.string(), 0, 0}});
+    throw ConfigError(
+        {ConfigIssue{"", fmt::format("cannot read config file '{}': {}", file.string(), std::strerror(errno)),
+                     file.string(), 0, 0}});
   }
   std::ostringstream text;
   text << in.rdbuf();

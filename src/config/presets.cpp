@@ -35,10 +35,9 @@ const ModelConfig& MeridianConfig::model(std::string_view name) const {
   std::vector<std::string> known;
   known.reserve(models.size());
   for (const auto& [key, value] : models) known.push_back(key);
-  throw ConfigError({ConfigIssue{fmt::format("model.{}", name),
-                                 fmt::format("model.{} is not defined; known models: {}", name,
-                                             fmt::join(known, ", ")),
-                                 "", 0, 0}});
+  throw ConfigError({ConfigIssue{
+      fmt::format("model.{}", name),
+      fmt::format("model.{} is not defined; known models: {}", name, fmt::join(known, ", ")), "", 0, 0}});
 }
 
 std::vector<std::string> builtin_model_presets() {

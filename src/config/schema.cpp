@@ -20,24 +20,44 @@ constexpr NumericRange none() { return {}; }
 
 constexpr std::array<std::string_view, 3> kFabricChoices{"none", "nixl", "mooncake"};
 constexpr std::array<std::string_view, 3> kParserChoices{"qwen3", "deepseek_r1", "granite"};
-constexpr std::array<std::string_view, 6> kLevelChoices{"trace", "debug", "info",
-                                                        "warn",  "error", "off"};
+constexpr std::array<std::string_view, 6> kLevelChoices{"trace", "debug", "info", "warn", "error", "off"};
 
 using SC = SchedulerConfig;
 const std::array<Field<SC>, 7> kScheduler{{
-    {"think_tpot_budget_ms", &SC::think_tpot_budget_ms, positive(), {},
+    {"think_tpot_budget_ms",
+     &SC::think_tpot_budget_ms,
+     positive(),
+     {},
      "TPOT budget for think-phase tokens (ms)"},
-    {"output_tpot_budget_ms", &SC::output_tpot_budget_ms, positive(), {},
+    {"output_tpot_budget_ms",
+     &SC::output_tpot_budget_ms,
+     positive(),
+     {},
      "TPOT budget for output-phase tokens (ms)"},
-    {"think_batch_multiplier", &SC::think_batch_multiplier, at_least(1.0), {},
+    {"think_batch_multiplier",
+     &SC::think_batch_multiplier,
+     at_least(1.0),
+     {},
      "think batch as a multiple of the output batch token budget"},
-    {"max_think_tokens", &SC::max_think_tokens, none(), {},
+    {"max_think_tokens",
+     &SC::max_think_tokens,
+     none(),
+     {},
      "hard cap on think tokens per request (must be > min_think_tokens)"},
-    {"min_think_tokens", &SC::min_think_tokens, none(), {},
+    {"min_think_tokens",
+     &SC::min_think_tokens,
+     none(),
+     {},
      "no budget forcing before this many think tokens (must be < max_think_tokens)"},
-    {"force_reissue_grace_steps", &SC::force_reissue_grace_steps, {Bound{1, false}, Bound{kU32Max, false}},
-     {}, "steps a forced </think> may take to land before it is re-issued"},
-    {"reap_idle_after_s", &SC::reap_idle_after_s, positive(), {},
+    {"force_reissue_grace_steps",
+     &SC::force_reissue_grace_steps,
+     {Bound{1, false}, Bound{kU32Max, false}},
+     {},
+     "steps a forced </think> may take to land before it is re-issued"},
+    {"reap_idle_after_s",
+     &SC::reap_idle_after_s,
+     positive(),
+     {},
      "router state of a request idle this long (s) is reaped"},
 }};
 
@@ -45,24 +65,45 @@ using EC = EntropyConfig;
 const std::array<Field<EC>, 6> kEntropy{{
     {"enabled", &EC::enabled, none(), {}, "entropy-driven forcing on (false: hard cap only)"},
     {"ema_alpha", &EC::ema_alpha, {Bound{0, true}, Bound{1, false}}, {}, "EMA decay of EAT samples"},
-    {"rpdi_threshold", &EC::rpdi_threshold, greater_than(1.0), {},
+    {"rpdi_threshold",
+     &EC::rpdi_threshold,
+     greater_than(1.0),
+     {},
      "overthinking when RPDI local/global exceeds this"},
-    {"eat_ema_variance_threshold", &EC::eat_ema_variance_threshold, positive(), {},
+    {"eat_ema_variance_threshold",
+     &EC::eat_ema_variance_threshold,
+     positive(),
+     {},
      "converged when the EAT EMA variance drops below this (nats^2)"},
-    {"transition_entropy_threshold", &EC::transition_entropy_threshold, positive(), {},
+    {"transition_entropy_threshold",
+     &EC::transition_entropy_threshold,
+     positive(),
+     {},
      "a think token above this entropy (nats) is an RPDI transition"},
-    {"eat_probe_interval_tokens", &EC::eat_probe_interval_tokens, {Bound{1, false}, Bound{kU32Max, false}},
-     {}, "EAT is sampled every N think tokens"},
+    {"eat_probe_interval_tokens",
+     &EC::eat_probe_interval_tokens,
+     {Bound{1, false}, Bound{kU32Max, false}},
+     {},
+     "EAT is sampled every N think tokens"},
 }};
 
 using KC = KvMemoryConfig;
 const std::array<Field<KC>, 4> kKvMemory{{
-    {"aggressive_think_eviction", &KC::aggressive_think_eviction, none(), {},
+    {"aggressive_think_eviction",
+     &KC::aggressive_think_eviction,
+     none(),
+     {},
      "free ThinkComplete blocks at </think> (accuracy risk)"},
-    {"think_phase_memory_fraction", &KC::think_phase_memory_fraction,
-     {Bound{0, true}, Bound{1, true}}, {}, "fraction of KV capacity think-phase blocks may hold"},
+    {"think_phase_memory_fraction",
+     &KC::think_phase_memory_fraction,
+     {Bound{0, true}, Bound{1, true}},
+     {},
+     "fraction of KV capacity think-phase blocks may hold"},
     {"block_size_bytes", &KC::block_size_bytes, positive(), {}, "bytes per KV block"},
-    {"capacity_bytes", &KC::capacity_bytes, positive(), {},
+    {"capacity_bytes",
+     &KC::capacity_bytes,
+     positive(),
+     {},
      "total KV budget in bytes, or \"auto\" (85% of device memory)"},
 }};
 
@@ -70,15 +111,21 @@ using DC = DisaggConfig;
 const std::array<Field<DC>, 3> kDisagg{{
     {"enabled", &DC::enabled, none(), {}, "disaggregated KV transfer on"},
     {"fabric", &DC::fabric, none(), {}, "\"nixl\", \"mooncake\" or \"none\""},
-    {"offload_threshold_blocks", &DC::offload_threshold_blocks, {Bound{1, false}, Bound{kU32Max, false}},
-     {}, "ThinkComplete blocks batched per offload"},
+    {"offload_threshold_blocks",
+     &DC::offload_threshold_blocks,
+     {Bound{1, false}, Bound{kU32Max, false}},
+     {},
+     "ThinkComplete blocks batched per offload"},
 }};
 
 using TC = TelemetryConfig;
 const std::array<Field<TC>, 6> kTelemetry{{
     {"prometheus_enabled", &TC::prometheus_enabled, none(), {}, "serve /metrics over HTTP"},
     {"prometheus_host", &TC::prometheus_host, none(), {}, "address the metrics endpoint binds"},
-    {"prometheus_port", &TC::prometheus_port, {Bound{1, false}, Bound{65535, false}}, {},
+    {"prometheus_port",
+     &TC::prometheus_port,
+     {Bound{1, false}, Bound{65535, false}},
+     {},
      "port the metrics endpoint binds"},
     {"otlp_enabled", &TC::otlp_enabled, none(), {}, "export spans/metrics over OTLP/HTTP"},
     {"otlp_endpoint", &TC::otlp_endpoint, none(), {}, "OTLP/HTTP collector URL"},
@@ -92,18 +139,26 @@ const std::array<Field<LC>, 1> kLogging{{
 
 using MC = ModelConfig;
 const std::array<Field<MC>, 9> kModel{{
-    {"reasoning_parser", &MC::reasoning_parser, none(), {},
+    {"reasoning_parser",
+     &MC::reasoning_parser,
+     none(),
+     {},
      "\"qwen3\", \"deepseek_r1\" (token ids) or \"granite\" (prose markers)"},
     {"think_start_token_ids", &MC::think_start_token_ids, none(), {}, "ids that open a think block"},
     {"think_end_token_ids", &MC::think_end_token_ids, none(), {}, "ids that close a think block"},
     {"eos_token_ids", &MC::eos_token_ids, none(), {}, "end-of-sequence ids (engine may add more)"},
-    {"tool_call_start_token_ids", &MC::tool_call_start_token_ids, none(), {},
+    {"tool_call_start_token_ids",
+     &MC::tool_call_start_token_ids,
+     none(),
+     {},
      "ids that open a tool call (no forcing inside)"},
     {"tool_call_end_token_ids", &MC::tool_call_end_token_ids, none(), {}, "ids that close a tool call"},
-    {"think_start_markers", &MC::think_start_markers, none(), {},
-     "prose that opens the reasoning (granite)"},
+    {"think_start_markers", &MC::think_start_markers, none(), {}, "prose that opens the reasoning (granite)"},
     {"think_end_markers", &MC::think_end_markers, none(), {}, "prose that opens the answer (granite)"},
-    {"supports_think_disable", &MC::supports_think_disable, none(), {},
+    {"supports_think_disable",
+     &MC::supports_think_disable,
+     none(),
+     {},
      "model honours /no_think and enable_thinking=False"},
 }};
 
@@ -163,8 +218,7 @@ bool in_range(const NumericRange& range, double value) {
   return true;
 }
 
-std::optional<std::string_view> closest_key(std::string_view key,
-                                            std::span<const std::string_view> known) {
+std::optional<std::string_view> closest_key(std::string_view key, std::span<const std::string_view> known) {
   const auto distance = [](std::string_view a, std::string_view b) {
     std::vector<std::size_t> row(b.size() + 1);
     for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;

@@ -33,10 +33,9 @@ struct NumericRange {
 using Choices = std::span<const std::string_view>;
 
 template <class S>
-using Member =
-    std::variant<bool S::*, double S::*, std::uint64_t S::*, std::uint32_t S::*, std::string S::*,
-                 std::optional<std::uint64_t> S::*, FabricKind S::*, ReasoningParser S::*,
-                 std::vector<std::uint32_t> S::*, std::vector<std::string> S::*>;
+using Member = std::variant<bool S::*, double S::*, std::uint64_t S::*, std::uint32_t S::*, std::string S::*,
+                            std::optional<std::uint64_t> S::*, FabricKind S::*, ReasoningParser S::*,
+                            std::vector<std::uint32_t> S::*, std::vector<std::string> S::*>;
 
 template <class S>
 struct Field {
@@ -94,7 +93,6 @@ inline constexpr std::size_t kMaxMarkers = 4;
 inline constexpr std::size_t kMaxMarkerBytes = 256;
 
 /// Closest known key to `key` by edit distance, if reasonably close.
-std::optional<std::string_view> closest_key(std::string_view key,
-                                            std::span<const std::string_view> known);
+std::optional<std::string_view> closest_key(std::string_view key, std::span<const std::string_view> known);
 
 }  // namespace meridian::config_schema

@@ -21,10 +21,20 @@ struct Role {
 const std::array<Role, 5> kRoles{{
     {"think_start_token_ids", &ModelConfig::think_start_token_ids, {"<think>", ""}},
     {"think_end_token_ids", &ModelConfig::think_end_token_ids, {"</think>", ""}},
-    {"tool_call_start_token_ids", &ModelConfig::tool_call_start_token_ids,
-     {"<tool_call>", "<\xEF\xBD\x9C" "tool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"}},
-    {"tool_call_end_token_ids", &ModelConfig::tool_call_end_token_ids,
-     {"</tool_call>", "<\xEF\xBD\x9C" "tool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>"}},
+    {"tool_call_start_token_ids",
+     &ModelConfig::tool_call_start_token_ids,
+     {"<tool_call>",
+      "<\xEF\xBD\x9C"
+      "tool\xE2\x96\x81"
+      "calls\xE2\x96\x81"
+      "begin\xEF\xBD\x9C>"}},
+    {"tool_call_end_token_ids",
+     &ModelConfig::tool_call_end_token_ids,
+     {"</tool_call>",
+      "<\xEF\xBD\x9C"
+      "tool\xE2\x96\x81"
+      "calls\xE2\x96\x81"
+      "end\xEF\xBD\x9C>"}},
     {"eos_token_ids", &ModelConfig::eos_token_ids, {"", ""}},
 }};
 
@@ -53,12 +63,13 @@ TokenizerVocab TokenizerVocab::from_json(std::string_view json_text, std::string
     const nlohmann::json& id = field("id");
     const nlohmann::json& content = field("content");
     if (!id.is_number_unsigned() || id.get<std::uint64_t>() > 0xFFFFFFFFULL) {
-      throw TokenizerError(fmt::format("{}: /added_tokens/{}/id must be a non-negative 32-bit integer; got {}",
-                                       source_name, i, id.dump()));
+      throw TokenizerError(
+          fmt::format("{}: /added_tokens/{}/id must be a non-negative 32-bit integer; got {}", source_name, i,
+                      id.dump()));
     }
     if (!content.is_string()) {
-      throw TokenizerError(fmt::format("{}: /added_tokens/{}/content must be a string; got {}", source_name, i,
-                                       content.dump()));
+      throw TokenizerError(fmt::format("{}: /added_tokens/{}/content must be a string; got {}", source_name,
+                                       i, content.dump()));
     }
     AddedToken token;
     token.id = id.get<std::uint32_t>();
@@ -79,7 +90,8 @@ TokenizerVocab TokenizerVocab::from_file(const std::filesystem::path& tokenizer_
 }
 
 std::optional<AddedToken> TokenizerVocab::find(std::string_view content) const {
-  auto it = std::find_if(added_.begin(), added_.end(), [&](const AddedToken& t) { return t.content == content; });
+  auto it =
+      std::find_if(added_.begin(), added_.end(), [&](const AddedToken& t) { return t.content == content; });
   if (it == added_.end()) return std::nullopt;
   return *it;
 }
@@ -90,7 +102,8 @@ std::optional<AddedToken> TokenizerVocab::find(std::uint32_t id) const {
   return *it;
 }
 
-std::vector<ConfigIssue> check_model_against_tokenizer(const ModelConfig& model, const TokenizerVocab& vocab) {
+std::vector<ConfigIssue> check_model_against_tokenizer(const ModelConfig& model,
+                                                       const TokenizerVocab& vocab) {
   std::vector<ConfigIssue> issues;
   for (const Role& role : kRoles) {
     const auto& ids = model.*role.ids;
@@ -98,13 +111,14 @@ std::vector<ConfigIssue> check_model_against_tokenizer(const ModelConfig& model,
       const std::string path = fmt::format("model.{}.{}[{}]", model.name, role.key, i);
       const auto token = vocab.find(ids[i]);
       if (!token) {
-        issues.push_back({path, fmt::format("{} = {} is not a single added token of the tokenizer", path, ids[i]),
+        issues.push_back({path,
+                          fmt::format("{} = {} is not a single added token of the tokenizer", path, ids[i]),
                           "", 0, 0});
         continue;
       }
       const bool any_text = role.texts[0].empty();
-      const bool text_ok = any_text || std::find(role.texts.begin(), role.texts.end(), token->content) !=
-                                           role.texts.end();
+      const bool text_ok =
+          any_text || std::find(role.texts.begin(), role.texts.end(), token->content) != role.texts.end();
       if (!text_ok) {
         issues.push_back({path,
                           fmt::format("{} = {} is \"{}\" in the tokenizer; expected \"{}\"", path, ids[i],

@@ -54,7 +54,8 @@ class Validator {
   }
 
   void range(const std::string& path, const schema::NumericRange& r, double value, const std::string& shown) {
-    if (!schema::in_range(r, value)) add(path, fmt::format("{} {}; got {}", path, schema::describe_range(r), shown));
+    if (!schema::in_range(r, value))
+      add(path, fmt::format("{} {}; got {}", path, schema::describe_range(r), shown));
   }
 
   void check_scheduler(const SchedulerConfig& s) {
@@ -68,10 +69,9 @@ class Validator {
 
   void check_kv_memory(const KvMemoryConfig& kv) {
     if (kv.capacity_bytes && *kv.capacity_bytes > 0 && *kv.capacity_bytes < kv.block_size_bytes) {
-      add("kv_memory.capacity_bytes",
-          fmt::format("kv_memory.capacity_bytes must hold at least one block (>= "
-                      "kv_memory.block_size_bytes = {}); got {}",
-                      kv.block_size_bytes, *kv.capacity_bytes));
+      add("kv_memory.capacity_bytes", fmt::format("kv_memory.capacity_bytes must hold at least one block (>= "
+                                                  "kv_memory.block_size_bytes = {}); got {}",
+                                                  kv.block_size_bytes, *kv.capacity_bytes));
     }
   }
 
@@ -83,12 +83,14 @@ class Validator {
   }
 
   void check_telemetry(const TelemetryConfig& t) {
-    if (t.prometheus_host.empty()) add("telemetry.prometheus_host", "telemetry.prometheus_host must not be empty");
+    if (t.prometheus_host.empty())
+      add("telemetry.prometheus_host", "telemetry.prometheus_host must not be empty");
     if (t.service_name.empty()) add("telemetry.service_name", "telemetry.service_name must not be empty");
     const bool http = t.otlp_endpoint.starts_with("http://") || t.otlp_endpoint.starts_with("https://");
     if (!http || t.otlp_endpoint.find_first_of(" \t\r\n") != std::string::npos) {
       add("telemetry.otlp_endpoint",
-          fmt::format("telemetry.otlp_endpoint must be an http:// or https:// URL; got \"{}\"", t.otlp_endpoint));
+          fmt::format("telemetry.otlp_endpoint must be an http:// or https:// URL; got \"{}\"",
+                      t.otlp_endpoint));
     }
   }
 
@@ -105,7 +107,8 @@ class Validator {
       }
     } else if (m.think_end_token_ids.empty()) {
       add(prefix + ".think_end_token_ids",
-          fmt::format("{}.think_end_token_ids must not be empty when reasoning_parser = \"{}\"", prefix, parser));
+          fmt::format("{}.think_end_token_ids must not be empty when reasoning_parser = \"{}\"", prefix,
+                      parser));
     }
 
     const std::pair<const char*, const std::vector<std::uint32_t>*> id_lists[] = {
@@ -119,7 +122,8 @@ class Validator {
     for (const auto& [key, ids] : id_lists) {
       const std::string path = fmt::format("{}.{}", prefix, key);
       if (ids->size() > schema::kMaxBoundaryIds) {
-        add(path, fmt::format("{} must have at most {} entries; got {}", path, schema::kMaxBoundaryIds, ids->size()));
+        add(path, fmt::format("{} must have at most {} entries; got {}", path, schema::kMaxBoundaryIds,
+                              ids->size()));
       }
       for (std::size_t i = 0; i < ids->size(); ++i) {
         const std::uint32_t id = (*ids)[i];
@@ -140,17 +144,17 @@ class Validator {
 
     std::set<std::string> seen_markers;
     for (const auto* list : {&m.think_start_markers, &m.think_end_markers}) {
-      const std::string path =
-          fmt::format("{}.{}", prefix, list == &m.think_start_markers ? "think_start_markers" : "think_end_markers");
+      const std::string path = fmt::format(
+          "{}.{}", prefix, list == &m.think_start_markers ? "think_start_markers" : "think_end_markers");
       if (list->size() > schema::kMaxMarkers) {
-        add(path, fmt::format("{} must have at most {} entries; got {}", path, schema::kMaxMarkers, list->size()));
+        add(path,
+            fmt::format("{} must have at most {} entries; got {}", path, schema::kMaxMarkers, list->size()));
       }
       for (std::size_t i = 0; i < list->size(); ++i) {
         const std::string& marker = (*list)[i];
         if (marker.empty() || marker.size() > schema::kMaxMarkerBytes) {
-          add(fmt::format("{}[{}]", path, i),
-              fmt::format("{}[{}] must be 1 to {} bytes long; got {} bytes", path, i, schema::kMaxMarkerBytes,
-                          marker.size()));
+          add(fmt::format("{}[{}]", path, i), fmt::format("{}[{}] must be 1 to {} bytes long; got {} bytes",
+                                                          path, i, schema::kMaxMarkerBytes, marker.size()));
         } else if (!seen_markers.insert(marker).second) {
           add(fmt::format("{}[{}]", path, i),
               fmt::format("{}[{}] = \"{}\" appears more than once among the markers", path, i, marker));

@@ -2,9 +2,9 @@
 
 #include <atomic>
 #include <bit>
+#include <mutex>  // std::lock_guard
 #include <thread>
 #include <vector>
-#include <mutex>  // std::lock_guard
 
 #include <absl/container/flat_hash_map.h>
 #include <fmt/format.h>
@@ -163,7 +163,8 @@ struct PhaseRouter::Impl {
     return announce_force(id, s);
   }
 
-  std::optional<PhaseEvent> prefill_token(RequestId id, RequestState& s, TokenRole role, std::string_view text) {
+  std::optional<PhaseEvent> prefill_token(RequestId id, RequestState& s, TokenRole role,
+                                          std::string_view text) {
     if (prose()) {
       for (std::size_t i = 0; i < text.size(); ++i) {
         switch (start_markers.step(s.start_marker, static_cast<unsigned char>(text[i]))) {
@@ -278,10 +279,9 @@ struct PhaseRouter::Impl {
     return slow_token(shard, it, id, token, text, now);
   }
 
-  [[gnu::noinline]] std::optional<PhaseEvent> slow_token(Shard& shard,
-                                                         absl::flat_hash_map<RequestId, RequestState>::iterator it,
-                                                         RequestId id, TokenId token, std::string_view text,
-                                                         std::int64_t now) {
+  [[gnu::noinline]] std::optional<PhaseEvent> slow_token(
+      Shard& shard, absl::flat_hash_map<RequestId, RequestState>::iterator it, RequestId id, TokenId token,
+      std::string_view text, std::int64_t now) {
     bool completed = false;
     auto result = advance(id, it->second, token, text, now, completed);
     if (completed) {
@@ -357,10 +357,12 @@ std::optional<PhaseEvent> PhaseRouter::on_token(RequestId id, TokenId token, std
 
 std::size_t PhaseRouter::on_tokens(std::span<const RequestId> ids, std::span<const TokenId> tokens,
                                    std::span<PhaseEvent> events, std::span<const std::string_view> texts) {
-  if (tokens.size() != ids.size() || events.size() < ids.size() || (!texts.empty() && texts.size() != ids.size())) {
-    throw Error(fmt::format("PhaseRouter::on_tokens: got {} ids, {} tokens, {} texts and room for {} events; "
-                            "tokens (and texts, if any) must match ids and events must be at least as long",
-                            ids.size(), tokens.size(), texts.size(), events.size()));
+  if (tokens.size() != ids.size() || events.size() < ids.size() ||
+      (!texts.empty() && texts.size() != ids.size())) {
+    throw Error(
+        fmt::format("PhaseRouter::on_tokens: got {} ids, {} tokens, {} texts and room for {} events; "
+                    "tokens (and texts, if any) must match ids and events must be at least as long",
+                    ids.size(), tokens.size(), texts.size(), events.size()));
   }
   Impl& impl = *impl_;
   const std::int64_t now = impl.now_ns.load(std::memory_order_relaxed);

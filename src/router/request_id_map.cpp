@@ -25,7 +25,9 @@ struct alignas(64) Shard {
 }  // namespace
 
 struct RequestIdMap::Impl {
-  Shard& shard_for(std::string_view key) { return shards[absl::Hash<absl::string_view>{}(key_of(key)) % kShards]; }
+  Shard& shard_for(std::string_view key) {
+    return shards[absl::Hash<absl::string_view>{}(key_of(key)) % kShards];
+  }
   const Shard& shard_for(std::string_view key) const {
     return shards[absl::Hash<absl::string_view>{}(key_of(key)) % kShards];
   }

@@ -1,16 +1,15 @@
 // meridian.toml: defaults, overlay semantics, round trips, the annotated
 // example and the reference docs staying in step with the schema.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include "meridian/config.h"
 
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
-
-#include "meridian/config.h"
 
 namespace meridian {
 namespace {
@@ -60,7 +59,8 @@ TEST(Config, EmptyFileYieldsTheDefaults) {
 }
 
 TEST(Config, PartialTableOverlaysOnlyTheGivenFields) {
-  const MeridianConfig c = parse_config("[entropy]\nema_alpha = 0.2\n[kv_memory]\ncapacity_bytes = 1073741824\n");
+  const MeridianConfig c =
+      parse_config("[entropy]\nema_alpha = 0.2\n[kv_memory]\ncapacity_bytes = 1073741824\n");
   MeridianConfig expected = MeridianConfig::defaults();
   expected.entropy.ema_alpha = 0.2;
   expected.kv_memory.capacity_bytes = 1073741824ULL;
@@ -204,7 +204,8 @@ TEST(Config, ReferenceDocsDescribeEveryField) {
   const std::string docs = read_source_file("docs/configuration.md");
   for (const std::string& path : config_field_paths()) {
     const std::string key = path.substr(path.rfind('.') + 1);
-    EXPECT_THAT(docs, HasSubstr("### `" + key + "`")) << path << " is not documented in docs/configuration.md";
+    EXPECT_THAT(docs, HasSubstr("### `" + key + "`"))
+        << path << " is not documented in docs/configuration.md";
   }
 }
 

@@ -1,11 +1,11 @@
 // Every way a meridian.toml can be wrong: range violations (both sides of
 // every bound), cross-field rules, unknown keys at every level, wrong types.
 // Each case states the exact message an operator sees.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <string>
 #include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "meridian/config.h"
 
@@ -60,8 +60,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "scheduler.force_reissue_grace_steps must be in [1, 4294967295]; got 0"},
         BadCase{"[scheduler]\nreap_idle_after_s = 0", "scheduler.reap_idle_after_s",
                 "scheduler.reap_idle_after_s must be > 0; got 0.0"},
-        BadCase{"[entropy]\nema_alpha = 1.5", "entropy.ema_alpha", "entropy.ema_alpha must be in (0, 1]; got 1.5"},
-        BadCase{"[entropy]\nema_alpha = 0.0", "entropy.ema_alpha", "entropy.ema_alpha must be in (0, 1]; got 0.0"},
+        BadCase{"[entropy]\nema_alpha = 1.5", "entropy.ema_alpha",
+                "entropy.ema_alpha must be in (0, 1]; got 1.5"},
+        BadCase{"[entropy]\nema_alpha = 0.0", "entropy.ema_alpha",
+                "entropy.ema_alpha must be in (0, 1]; got 0.0"},
         BadCase{"[entropy]\nrpdi_threshold = 1.0", "entropy.rpdi_threshold",
                 "entropy.rpdi_threshold must be > 1; got 1.0"},
         BadCase{"[entropy]\neat_ema_variance_threshold = 0", "entropy.eat_ema_variance_threshold",
@@ -88,9 +90,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "telemetry.prometheus_port must be in [1, 65535]; got 0"},
         BadCase{"[telemetry]\nprometheus_port = 65536", "telemetry.prometheus_port",
                 "telemetry.prometheus_port must be in [1, 65535]; got 65536"},
-        BadCase{"[logging]\nlevel = \"verbose\"", "logging.level",
-                "logging.level must be one of \"trace\", \"debug\", \"info\", \"warn\", \"error\", \"off\"; got "
-                "'verbose'"},
+        BadCase{
+            "[logging]\nlevel = \"verbose\"", "logging.level",
+            "logging.level must be one of \"trace\", \"debug\", \"info\", \"warn\", \"error\", \"off\"; got "
+            "'verbose'"},
         BadCase{"[scheduler]\nmax_think_tokens = -1", "scheduler.max_think_tokens",
                 "scheduler.max_think_tokens must be >= 0; got -1"},
         BadCase{"[entropy]\neat_probe_interval_tokens = 4294967296", "entropy.eat_probe_interval_tokens",
@@ -104,17 +107,20 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     CrossField, RejectsBadValue,
     ::testing::Values(
-        BadCase{"[scheduler]\nmin_think_tokens = 600\nmax_think_tokens = 500", "scheduler.min_think_tokens",
-                "scheduler.min_think_tokens must be < scheduler.max_think_tokens; got min_think_tokens = 600, "
-                "max_think_tokens = 500"},
-        BadCase{"[scheduler]\nmin_think_tokens = 512\nmax_think_tokens = 512", "scheduler.min_think_tokens",
-                "scheduler.min_think_tokens must be < scheduler.max_think_tokens; got min_think_tokens = 512, "
-                "max_think_tokens = 512"},
+        BadCase{
+            "[scheduler]\nmin_think_tokens = 600\nmax_think_tokens = 500", "scheduler.min_think_tokens",
+            "scheduler.min_think_tokens must be < scheduler.max_think_tokens; got min_think_tokens = 600, "
+            "max_think_tokens = 500"},
+        BadCase{
+            "[scheduler]\nmin_think_tokens = 512\nmax_think_tokens = 512", "scheduler.min_think_tokens",
+            "scheduler.min_think_tokens must be < scheduler.max_think_tokens; got min_think_tokens = 512, "
+            "max_think_tokens = 512"},
         BadCase{"[disagg]\nenabled = true", "disagg.fabric",
                 "disagg.fabric must be \"nixl\" or \"mooncake\" when disagg.enabled = true; got \"none\""},
-        BadCase{"[kv_memory]\ncapacity_bytes = 1000\nblock_size_bytes = 4096", "kv_memory.capacity_bytes",
-                "kv_memory.capacity_bytes must hold at least one block (>= kv_memory.block_size_bytes = 4096); "
-                "got 1000"},
+        BadCase{
+            "[kv_memory]\ncapacity_bytes = 1000\nblock_size_bytes = 4096", "kv_memory.capacity_bytes",
+            "kv_memory.capacity_bytes must hold at least one block (>= kv_memory.block_size_bytes = 4096); "
+            "got 1000"},
         BadCase{"[telemetry]\notlp_endpoint = \"localhost:4318\"", "telemetry.otlp_endpoint",
                 "telemetry.otlp_endpoint must be an http:// or https:// URL; got \"localhost:4318\""},
         BadCase{"[telemetry]\nservice_name = \"\"", "telemetry.service_name",
@@ -127,22 +133,27 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[model.granite_3_2]\nthink_end_markers = []", "model.granite_3_2.think_end_markers",
                 "model.granite_3_2.think_end_markers must not be empty when reasoning_parser = \"granite\""},
         BadCase{"[model.qwen3]\nthink_end_token_ids = [151667]", "model.qwen3.think_end_token_ids[0]",
-                "model.qwen3.think_end_token_ids[0] = 151667 is also listed in model.qwen3.think_start_token_ids; "
+                "model.qwen3.think_end_token_ids[0] = 151667 is also listed in "
+                "model.qwen3.think_start_token_ids; "
                 "a token can have only one role"},
-        BadCase{"[model.qwen3]\ntool_call_end_token_ids = []", "model.qwen3.tool_call_end_token_ids",
-                "model.qwen3.tool_call_start_token_ids and model.qwen3.tool_call_end_token_ids must both be set "
-                "or both be empty"},
+        BadCase{
+            "[model.qwen3]\ntool_call_end_token_ids = []", "model.qwen3.tool_call_end_token_ids",
+            "model.qwen3.tool_call_start_token_ids and model.qwen3.tool_call_end_token_ids must both be set "
+            "or both be empty"},
         BadCase{"[model.qwen3]\neos_token_ids = [1,2,3,4,5,6,7,8,9]", "model.qwen3.eos_token_ids",
                 "model.qwen3.eos_token_ids must have at most 8 entries; got 9"},
-        BadCase{"[model.granite_3_2]\nthink_start_markers = [\"\"]", "model.granite_3_2.think_start_markers[0]",
+        BadCase{"[model.granite_3_2]\nthink_start_markers = [\"\"]",
+                "model.granite_3_2.think_start_markers[0]",
                 "model.granite_3_2.think_start_markers[0] must be 1 to 256 bytes long; got 0 bytes"},
-        BadCase{"[model.granite_3_2]\nthink_end_markers = [\"Here is my thought process:\"]",
-                "model.granite_3_2.think_end_markers[0]",
-                "model.granite_3_2.think_end_markers[0] = \"Here is my thought process:\" appears more than once "
-                "among the markers"},
-        BadCase{"[model.mymodel]\nthink_end_token_ids = [5]", "model.mymodel.reasoning_parser",
-                "model.mymodel.reasoning_parser is required for a model that is not a built-in preset (built-in: "
-                "deepseek_r1, deepseek_r1_distill_qwen, granite_3_2, qwen3)"}));
+        BadCase{
+            "[model.granite_3_2]\nthink_end_markers = [\"Here is my thought process:\"]",
+            "model.granite_3_2.think_end_markers[0]",
+            "model.granite_3_2.think_end_markers[0] = \"Here is my thought process:\" appears more than once "
+            "among the markers"},
+        BadCase{
+            "[model.mymodel]\nthink_end_token_ids = [5]", "model.mymodel.reasoning_parser",
+            "model.mymodel.reasoning_parser is required for a model that is not a built-in preset (built-in: "
+            "deepseek_r1, deepseek_r1_distill_qwen, granite_3_2, qwen3)"}));
 
 INSTANTIATE_TEST_SUITE_P(
     UnknownKeys, RejectsBadValue,
@@ -150,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[schedular]\nmax_think_tokens = 4", "schedular",
                 "schedular is not a known section; did you mean 'scheduler'?"},
         BadCase{"verbose = true", "verbose",
-                "verbose is not a known section (known: scheduler, entropy, kv_memory, disagg, telemetry, logging, "
+                "verbose is not a known section (known: scheduler, entropy, kv_memory, disagg, telemetry, "
+                "logging, "
                 "model)"},
         BadCase{"[scheduler]\nthink_budget_ms = 4.0", "scheduler.think_budget_ms",
                 "scheduler.think_budget_ms is not a known key of [scheduler]; did you mean "
@@ -196,16 +208,21 @@ INSTANTIATE_TEST_SUITE_P(
                 "disagg.fabric must be one of \"none\", \"nixl\", \"mooncake\"; got integer 1"},
         BadCase{"[telemetry]\notlp_endpoint = 4318", "telemetry.otlp_endpoint",
                 "telemetry.otlp_endpoint must be a string; got integer 4318"},
-        BadCase{"[logging]\nlevel = 1979-05-27", "logging.level", "logging.level must be a string; got date 1979-05-27"},
+        BadCase{"[logging]\nlevel = 1979-05-27", "logging.level",
+                "logging.level must be a string; got date 1979-05-27"},
         BadCase{"model = [1, 2]", "model", "model must be a table; got array [ 1, 2 ]"},
-        BadCase{"[model]\nqwen3 = 7", "model.qwen3", "model.qwen3 must be a table of model settings; got integer 7"},
+        BadCase{"[model]\nqwen3 = 7", "model.qwen3",
+                "model.qwen3 must be a table of model settings; got integer 7"},
         BadCase{"[model.qwen3]\nthink_start_token_ids = 151667", "model.qwen3.think_start_token_ids",
                 "model.qwen3.think_start_token_ids must be an array of token ids; got integer 151667"},
-        BadCase{"[model.qwen3]\nthink_start_token_ids = [\"<think>\"]", "model.qwen3.think_start_token_ids[0]",
+        BadCase{"[model.qwen3]\nthink_start_token_ids = [\"<think>\"]",
+                "model.qwen3.think_start_token_ids[0]",
                 "model.qwen3.think_start_token_ids[0] must be an integer; got string '<think>'"},
-        BadCase{"[model.granite_3_2]\nthink_start_markers = \"Here is\"", "model.granite_3_2.think_start_markers",
+        BadCase{"[model.granite_3_2]\nthink_start_markers = \"Here is\"",
+                "model.granite_3_2.think_start_markers",
                 "model.granite_3_2.think_start_markers must be an array of strings; got string 'Here is'"},
-        BadCase{"[model.granite_3_2]\nthink_start_markers = [\"a\", 2]", "model.granite_3_2.think_start_markers[1]",
+        BadCase{"[model.granite_3_2]\nthink_start_markers = [\"a\", 2]",
+                "model.granite_3_2.think_start_markers[1]",
                 "model.granite_3_2.think_start_markers[1] must be a string; got integer 2"},
         BadCase{"[model.qwen3]\nsupports_think_disable = \"true\"", "model.qwen3.supports_think_disable",
                 "model.qwen3.supports_think_disable must be a boolean (true or false); got string 'true'"},
@@ -280,7 +297,8 @@ TEST(ConfigValidation, UnknownModelIsAClearError) {
     FAIL() << "accepted";
   } catch (const ConfigError& e) {
     EXPECT_EQ(e.issues().at(0).message,
-              "model.llama is not defined; known models: deepseek_r1, deepseek_r1_distill_qwen, granite_3_2, qwen3");
+              "model.llama is not defined; known models: deepseek_r1, deepseek_r1_distill_qwen, granite_3_2, "
+              "qwen3");
   }
 }
 

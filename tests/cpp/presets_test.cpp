@@ -81,8 +81,12 @@ TEST(Presets, TheOriginalMisconfiguredIdsAreCaught) {
 
 TEST(Presets, MalformedTokenizerJsonNamesThePointer) {
   EXPECT_THAT(
-      [] { (void)TokenizerVocab::from_json(R"({"added_tokens": [{"id": 1, "content": "a"}, {"id": -4, "content": "b"}]})"); },
-      ::testing::ThrowsMessage<TokenizerError>(HasSubstr("/added_tokens/1/id must be a non-negative 32-bit integer")));
+      [] {
+        (void)TokenizerVocab::from_json(
+            R"({"added_tokens": [{"id": 1, "content": "a"}, {"id": -4, "content": "b"}]})");
+      },
+      ::testing::ThrowsMessage<TokenizerError>(
+          HasSubstr("/added_tokens/1/id must be a non-negative 32-bit integer")));
   EXPECT_THAT([] { (void)TokenizerVocab::from_json(R"({"added_tokens": [{"id": 1}]})"); },
               ::testing::ThrowsMessage<TokenizerError>(HasSubstr("/added_tokens/0/content is missing")));
   EXPECT_THAT([] { (void)TokenizerVocab::from_json(R"({"model": {}})"); },

@@ -1,11 +1,11 @@
-#include <gtest/gtest.h>
+#include "meridian/request_id_map.h"
 
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "meridian/request_id_map.h"
+#include <gtest/gtest.h>
 
 namespace meridian {
 namespace {
@@ -41,8 +41,8 @@ TEST(RequestIdMap, ConcurrentInterningNeverCollides) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
         // Half the strings are shared between threads: they must agree.
-        const std::string key = (i % 2 == 0) ? "shared-" + std::to_string(i)
-                                             : "t" + std::to_string(t) + "-" + std::to_string(i);
+        const std::string key =
+            (i % 2 == 0) ? "shared-" + std::to_string(i) : "t" + std::to_string(t) + "-" + std::to_string(i);
         got[static_cast<std::size_t>(t)].push_back(map.intern(key));
       }
     });
@@ -54,7 +54,8 @@ TEST(RequestIdMap, ConcurrentInterningNeverCollides) {
   EXPECT_EQ(map.size(), static_cast<std::size_t>(kPerThread / 2 + kThreads * kPerThread / 2));
   for (int i = 0; i < kPerThread; i += 2) {
     for (int t = 1; t < kThreads; ++t) {
-      EXPECT_EQ(got[0][static_cast<std::size_t>(i)], got[static_cast<std::size_t>(t)][static_cast<std::size_t>(i)]);
+      EXPECT_EQ(got[0][static_cast<std::size_t>(i)],
+                got[static_cast<std::size_t>(t)][static_cast<std::size_t>(i)]);
     }
   }
 }

@@ -1,11 +1,11 @@
 // The router's per-token path must not allocate. This binary replaces the
 // global operator new to count allocations made while tokens are processed.
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <cstdlib>
 #include <new>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "meridian/phase_router.h"
 

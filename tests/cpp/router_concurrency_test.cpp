@@ -1,11 +1,11 @@
 // Concurrent use of one router from several threads (run under TSan by
 // `make test`): per-request streams stay exact, counters add up, and reaping
 // and snapshots running alongside do not race with token processing.
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "meridian/phase_router.h"
 
@@ -54,7 +54,8 @@ TEST(RouterConcurrency, ThreadsDrivingDisjointRequests) {
         router.on_token(id, kStart);
         for (int k = 0; k < kThinkTokens; ++k) router.on_token(id, kWord);
         const auto exit = router.on_token(id, kEnd);
-        if (exit && exit->kind == PhaseEventKind::kExitThink && exit->think_tokens == kThinkTokens) ++exits_seen;
+        if (exit && exit->kind == PhaseEventKind::kExitThink && exit->think_tokens == kThinkTokens)
+          ++exits_seen;
         router.on_token(id, kWord);
         router.on_token(id, kEos);
       }
@@ -89,7 +90,8 @@ TEST(RouterConcurrency, BatchedStepsFromSeveralThreads) {
       }
       std::vector<TokenId> tokens(kBatch);
       std::vector<PhaseEvent> events(kBatch);
-      const std::vector<TokenId> script{kStart, kWord, kWord, kWord, kWord, kWord, kWord, kWord, kWord, kEnd, kEos};
+      const std::vector<TokenId> script{kStart, kWord, kWord, kWord, kWord, kWord,
+                                        kWord,  kWord, kWord, kEnd,  kEos};
       for (TokenId step_token : script) {
         std::fill(tokens.begin(), tokens.end(), step_token);
         const std::size_t n = router.on_tokens(ids, tokens, events);

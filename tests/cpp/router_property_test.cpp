@@ -1,11 +1,11 @@
 // RapidCheck properties of the phase router over random token streams.
-#include <gtest/gtest.h>
-#include <rapidcheck.h>
-#include <rapidcheck/gtest.h>
-
 #include <algorithm>
 #include <map>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
 
 #include "meridian/phase_router.h"
 
@@ -38,9 +38,13 @@ rc::Gen<Input> gen_input(bool with_eos) {
   std::vector<TokenId> alphabet{kStart, kEnd, kTool, kToolEnd, kWord, kWord, kWord, kWord};
   if (with_eos) alphabet.push_back(kEos);
   return rc::gen::oneOf(
-      rc::gen::map(rc::gen::elementOf(alphabet), [](TokenId t) { return Input{false, t, ForceReason::kConverged}; }),
-      rc::gen::map(rc::gen::element(ForceReason::kConverged, ForceReason::kOverthinking),
-                   [](ForceReason r) { return Input{true, kWord, r}; }));
+      rc::gen::map(rc::gen::elementOf(alphabet),
+                   [](TokenId t) {
+                     return Input{false, t, ForceReason::kConverged};
+                   }),
+      rc::gen::map(rc::gen::element(ForceReason::kConverged, ForceReason::kOverthinking), [](ForceReason r) {
+        return Input{true, kWord, r};
+      }));
 }
 
 RouterLimits random_limits() {
@@ -103,7 +107,8 @@ RC_GTEST_PROP(RouterProperties, TrackedCountReturnsToZeroAfterCompletionEndOrRea
   const auto n = *rc::gen::inRange<RequestId>(1, 50);
   for (RequestId r = 1; r <= n; ++r) router.begin(r * 7919);  // sparse ids
   RC_ASSERT(router.tracked() == static_cast<std::size_t>(n));
-  const auto endings = *rc::gen::container<std::vector<int>>(static_cast<std::size_t>(n), rc::gen::inRange(0, 3));
+  const auto endings =
+      *rc::gen::container<std::vector<int>>(static_cast<std::size_t>(n), rc::gen::inRange(0, 3));
   const std::int64_t t0 = router.now_ns();
   for (RequestId r = 1; r <= n; ++r) {
     const RequestId id = r * 7919;

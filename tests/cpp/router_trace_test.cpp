@@ -1,10 +1,10 @@
 // Trace-table tests of the phase router: each row is one input (token, text,
 // force request) with the event and phase expected after it.
-#include <gtest/gtest.h>
-
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "meridian/phase_router.h"
 
@@ -53,9 +53,9 @@ enum class Op { kToken, kForce };
 
 struct Row {
   Op op;
-  TokenId token;          // kToken
-  std::string text;       // kToken, prose models
-  ForceReason reason;     // kForce
+  TokenId token;             // kToken
+  std::string text;          // kToken, prose models
+  ForceReason reason;        // kForce
   ForceResult force_result;  // kForce
   std::optional<Expect> event;
   std::optional<Phase> phase;  // nullopt: request no longer tracked
@@ -135,7 +135,8 @@ TEST(RouterTrace, ThinkThenAnswerThenEos) {
 TEST(RouterTrace, AnswerWithoutThinking) {
   PhaseRouter router(id_model(), limits());
   router.begin(kReq);
-  run_trace(router, {tok(kWord, {}, kOut), tok(kStart, {}, kOut), tok(kEnd, {}, kOut), tok(kEos, complete(0), kGone)});
+  run_trace(router, {tok(kWord, {}, kOut), tok(kStart, {}, kOut), tok(kEnd, {}, kOut),
+                     tok(kEos, complete(0), kGone)});
   EXPECT_EQ(router.tracked(), 0U);
 }
 
@@ -185,12 +186,12 @@ TEST(RouterTrace, ThinkEndInPrefillClosesAnEmptyBlock) {
 TEST(RouterTrace, HardCapIsReissuedUntilItLands) {
   PhaseRouter router(id_model(), limits(2, 5, 1));
   router.begin(kReq);
-  run_trace(router, {tok(kStart, enter(), kThink), tok(kWord, {}, kThink), tok(kWord, {}, kThink),
-                     tok(kWord, {}, kThink), tok(kWord, {}, kThink),
-                     tok(kWord, forced(ForceReason::kHardCap, 5), kThink),
-                     tok(kWord, forced(ForceReason::kHardCap, 6, true), kThink),
-                     tok(kWord, forced(ForceReason::kHardCap, 7, true), kThink),
-                     tok(kEnd, exit_think(7, true), kOut)});
+  run_trace(
+      router,
+      {tok(kStart, enter(), kThink), tok(kWord, {}, kThink), tok(kWord, {}, kThink), tok(kWord, {}, kThink),
+       tok(kWord, {}, kThink), tok(kWord, forced(ForceReason::kHardCap, 5), kThink),
+       tok(kWord, forced(ForceReason::kHardCap, 6, true), kThink),
+       tok(kWord, forced(ForceReason::kHardCap, 7, true), kThink), tok(kEnd, exit_think(7, true), kOut)});
   const auto c = router.counters();
   EXPECT_EQ(c.forces_issued[static_cast<std::size_t>(ForceReason::kHardCap)], 1U);
   EXPECT_EQ(c.forces_reissued, 2U);
@@ -200,24 +201,26 @@ TEST(RouterTrace, HardCapIsReissuedUntilItLands) {
 TEST(RouterTrace, ReissueWaitsForTheGrace) {
   PhaseRouter router(id_model(), limits(1, 100, 3));
   router.begin(kReq);
-  run_trace(router, {tok(kStart, enter(), kThink), tok(kWord, {}, kThink),
-                     force(ForceReason::kConverged, ForceResult::kIssued, forced(ForceReason::kConverged, 1), kThink),
-                     tok(kWord, {}, kThink), tok(kWord, {}, kThink),
-                     tok(kWord, forced(ForceReason::kConverged, 4, true), kThink), tok(kWord, {}, kThink),
-                     tok(kEnd, exit_think(5, true), kOut)});
+  run_trace(router,
+            {tok(kStart, enter(), kThink), tok(kWord, {}, kThink),
+             force(ForceReason::kConverged, ForceResult::kIssued, forced(ForceReason::kConverged, 1), kThink),
+             tok(kWord, {}, kThink), tok(kWord, {}, kThink),
+             tok(kWord, forced(ForceReason::kConverged, 4, true), kThink), tok(kWord, {}, kThink),
+             tok(kEnd, exit_think(5, true), kOut)});
 }
 
 TEST(RouterTrace, ForceRequestsRespectMinimumAndPending) {
   PhaseRouter router(id_model(), limits(2, 100));
   router.begin(kReq);
-  run_trace(router,
-            {force(ForceReason::kConverged, ForceResult::kNotThinking, {}, kPre), tok(kStart, enter(), kThink),
-             tok(kWord, {}, kThink),
-             force(ForceReason::kConverged, ForceResult::kTooEarly, {}, kThink), tok(kWord, {}, kThink),
-             force(ForceReason::kOverthinking, ForceResult::kIssued, forced(ForceReason::kOverthinking, 2), kThink),
-             force(ForceReason::kConverged, ForceResult::kAlreadyPending, {}, kThink),
-             tok(kEnd, exit_think(2, true), kOut),
-             force(ForceReason::kConverged, ForceResult::kNotThinking, {}, kOut)});
+  run_trace(
+      router,
+      {force(ForceReason::kConverged, ForceResult::kNotThinking, {}, kPre), tok(kStart, enter(), kThink),
+       tok(kWord, {}, kThink), force(ForceReason::kConverged, ForceResult::kTooEarly, {}, kThink),
+       tok(kWord, {}, kThink),
+       force(ForceReason::kOverthinking, ForceResult::kIssued, forced(ForceReason::kOverthinking, 2), kThink),
+       force(ForceReason::kConverged, ForceResult::kAlreadyPending, {}, kThink),
+       tok(kEnd, exit_think(2, true), kOut),
+       force(ForceReason::kConverged, ForceResult::kNotThinking, {}, kOut)});
   EXPECT_FALSE(router.end_think_pending(kReq));
   EXPECT_EQ(router.request_force(999, ForceReason::kConverged), ForceResult::kUnknownRequest);
 }
@@ -237,18 +240,19 @@ TEST(RouterTrace, NoForceIsAnnouncedInsideAToolCall) {
 TEST(RouterTrace, HardCapInsideAToolCallWaitsForTheCallToClose) {
   PhaseRouter router(id_model(), limits(1, 3));
   router.begin(kReq);
-  run_trace(router, {tok(kStart, enter(), kThink), tok(kTool, {}, kThink), tok(kWord, {}, kThink),
-                     tok(kWord, {}, kThink), tok(kWord, {}, kThink),
-                     tok(kToolEnd, forced(ForceReason::kHardCap, 5), kThink),
-                     tok(kWord, forced(ForceReason::kHardCap, 6, true), kThink), tok(kEnd, exit_think(6, true), kOut)});
+  run_trace(
+      router,
+      {tok(kStart, enter(), kThink), tok(kTool, {}, kThink), tok(kWord, {}, kThink), tok(kWord, {}, kThink),
+       tok(kWord, {}, kThink), tok(kToolEnd, forced(ForceReason::kHardCap, 5), kThink),
+       tok(kWord, forced(ForceReason::kHardCap, 6, true), kThink), tok(kEnd, exit_think(6, true), kOut)});
 }
 
 TEST(RouterTrace, ReissueStopsDuringAToolCallAndResumesAfter) {
   PhaseRouter router(id_model(), limits(1, 100, 1));
   router.begin(kReq);
   run_trace(router, {tok(kStart, enter(), kThink), tok(kWord, {}, kThink),
-                     force(ForceReason::kOverthinking, ForceResult::kIssued, forced(ForceReason::kOverthinking, 1),
-                           kThink),
+                     force(ForceReason::kOverthinking, ForceResult::kIssued,
+                           forced(ForceReason::kOverthinking, 1), kThink),
                      tok(kTool, {}, kThink), tok(kWord, {}, kThink),
                      tok(kToolEnd, forced(ForceReason::kOverthinking, 4, true), kThink)});
 }
@@ -256,7 +260,8 @@ TEST(RouterTrace, ReissueStopsDuringAToolCallAndResumesAfter) {
 TEST(RouterTrace, NoThinkKeepsTheRequestInOutput) {
   PhaseRouter router(id_model(ReasoningParser::kQwen3, /*supports_disable=*/true), limits());
   EXPECT_EQ(router.begin(kReq, {}, RequestOptions{.thinking_disabled = true}), kOut);
-  run_trace(router, {tok(kStart, {}, kOut), tok(kWord, {}, kOut), tok(kEnd, {}, kOut), tok(kEos, complete(0), kGone)});
+  run_trace(router, {tok(kStart, {}, kOut), tok(kWord, {}, kOut), tok(kEnd, {}, kOut),
+                     tok(kEos, complete(0), kGone)});
   EXPECT_EQ(router.counters().enter_think, 0U);
 }
 
@@ -277,10 +282,11 @@ TEST(RouterTrace, NestedThinkOpenerIsNotCounted) {
 TEST(RouterTrace, GraniteProseMarkersSplitAcrossTokens) {
   PhaseRouter router(prose_model(), limits(2, 100));
   router.begin(kReq);
-  run_trace(router, {text("\n", {}, kPre), text("Here", {}, kPre), text(" is my", {}, kPre),
-                     text(" thought process:", enter(), kThink), text(" First", {}, kThink),
-                     text(" compute.", {}, kThink), text(" Here is", {}, kThink), text(" my resp", {}, kThink),
-                     text("onse: 4", exit_think(4), kOut), text(".", {}, kOut), tok(kEos, complete(4), kGone)});
+  run_trace(router,
+            {text("\n", {}, kPre), text("Here", {}, kPre), text(" is my", {}, kPre),
+             text(" thought process:", enter(), kThink), text(" First", {}, kThink),
+             text(" compute.", {}, kThink), text(" Here is", {}, kThink), text(" my resp", {}, kThink),
+             text("onse: 4", exit_think(4), kOut), text(".", {}, kOut), tok(kEos, complete(4), kGone)});
 }
 
 TEST(RouterTrace, GraniteAlternativeSpellingAndTrailingText) {

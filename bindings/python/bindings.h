@@ -1,0 +1,12 @@
+// Registration functions of the meridian._meridian extension, one per
+// component; module.cpp calls them in dependency order.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace meridian::python {
+
+void bind_config(nanobind::module_& m);
+void bind_router(nanobind::module_& m);
+
+}  // namespace meridian::python
