@@ -5,10 +5,10 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <system_error>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -102,8 +102,9 @@ class DocumentReader {
     for (const auto& f : fields) known.push_back(f.key);
     for (const auto& [key, node] : table) {
       const std::string path = fmt::format("{}.{}", prefix, key.str());
+      const std::string_view name = key.str();
       const auto field =
-          std::find_if(fields.begin(), fields.end(), [&](const auto& f) { return f.key == key.str(); });
+          std::find_if(fields.begin(), fields.end(), [name](const auto& f) { return f.key == name; });
       if (field == fields.end()) {
         unknown_key(path, node, std::string(key.str()), known,
                     fmt::format("is not a known key of [{}]", prefix));
@@ -366,9 +367,10 @@ namespace {
 std::string read_file(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) {
-    throw ConfigError(
-        {ConfigIssue{"", fmt::format("cannot read config file '{}': {}", file.string(), std::strerror(errno)),
-                     file.string(), 0, 0}});
+    throw ConfigError({ConfigIssue{"",
+                                   fmt::format("cannot read config file '{}': {}", file.string(),
+                                               std::generic_category().message(errno)),
+                                   file.string(), 0, 0}});
   }
   std::ostringstream text;
   text << in.rdbuf();
@@ -431,6 +433,8 @@ MeridianConfig load_config(const std::filesystem::path& file) {
   return load_config(std::vector<std::filesystem::path>{file});
 }
 
+// getenv is only unsafe against a concurrent setenv, which Meridian never calls.
+// NOLINTBEGIN(concurrency-mt-unsafe)
 std::optional<std::filesystem::path> find_default_config_file() {
   namespace fs = std::filesystem;
   if (const char* env = std::getenv("MERIDIAN_CONFIG"); env != nullptr && *env != '\0') {
@@ -450,6 +454,7 @@ std::optional<std::filesystem::path> find_default_config_file() {
   }
   return std::nullopt;
 }
+// NOLINTEND(concurrency-mt-unsafe)
 
 bool prompt_disables_thinking(std::string_view prompt_text) noexcept {
   // Qwen3 follows the most recent soft switch in the conversation.

@@ -13,17 +13,17 @@ namespace {
 
 constexpr double kU32Max = static_cast<double>(std::numeric_limits<std::uint32_t>::max());
 
-constexpr NumericRange positive() { return {Bound{0, true}, std::nullopt}; }
-constexpr NumericRange at_least(double v) { return {Bound{v, false}, std::nullopt}; }
-constexpr NumericRange greater_than(double v) { return {Bound{v, true}, std::nullopt}; }
-constexpr NumericRange none() { return {}; }
+constexpr NumericRange positive() noexcept { return {Bound{0, true}, std::nullopt}; }
+constexpr NumericRange at_least(double v) noexcept { return {Bound{v, false}, std::nullopt}; }
+constexpr NumericRange greater_than(double v) noexcept { return {Bound{v, true}, std::nullopt}; }
+constexpr NumericRange none() noexcept { return {}; }
 
 constexpr std::array<std::string_view, 3> kFabricChoices{"none", "nixl", "mooncake"};
 constexpr std::array<std::string_view, 3> kParserChoices{"qwen3", "deepseek_r1", "granite"};
 constexpr std::array<std::string_view, 6> kLevelChoices{"trace", "debug", "info", "warn", "error", "off"};
 
 using SC = SchedulerConfig;
-const std::array<Field<SC>, 7> kScheduler{{
+constexpr std::array<Field<SC>, 7> kScheduler{{
     {"think_tpot_budget_ms",
      &SC::think_tpot_budget_ms,
      positive(),
@@ -62,7 +62,7 @@ const std::array<Field<SC>, 7> kScheduler{{
 }};
 
 using EC = EntropyConfig;
-const std::array<Field<EC>, 6> kEntropy{{
+constexpr std::array<Field<EC>, 6> kEntropy{{
     {"enabled", &EC::enabled, none(), {}, "entropy-driven forcing on (false: hard cap only)"},
     {"ema_alpha", &EC::ema_alpha, {Bound{0, true}, Bound{1, false}}, {}, "EMA decay of EAT samples"},
     {"rpdi_threshold",
@@ -88,7 +88,7 @@ const std::array<Field<EC>, 6> kEntropy{{
 }};
 
 using KC = KvMemoryConfig;
-const std::array<Field<KC>, 4> kKvMemory{{
+constexpr std::array<Field<KC>, 4> kKvMemory{{
     {"aggressive_think_eviction",
      &KC::aggressive_think_eviction,
      none(),
@@ -108,7 +108,7 @@ const std::array<Field<KC>, 4> kKvMemory{{
 }};
 
 using DC = DisaggConfig;
-const std::array<Field<DC>, 3> kDisagg{{
+constexpr std::array<Field<DC>, 3> kDisagg{{
     {"enabled", &DC::enabled, none(), {}, "disaggregated KV transfer on"},
     {"fabric", &DC::fabric, none(), {}, "\"nixl\", \"mooncake\" or \"none\""},
     {"offload_threshold_blocks",
@@ -119,7 +119,7 @@ const std::array<Field<DC>, 3> kDisagg{{
 }};
 
 using TC = TelemetryConfig;
-const std::array<Field<TC>, 6> kTelemetry{{
+constexpr std::array<Field<TC>, 6> kTelemetry{{
     {"prometheus_enabled", &TC::prometheus_enabled, none(), {}, "serve /metrics over HTTP"},
     {"prometheus_host", &TC::prometheus_host, none(), {}, "address the metrics endpoint binds"},
     {"prometheus_port",
@@ -133,12 +133,12 @@ const std::array<Field<TC>, 6> kTelemetry{{
 }};
 
 using LC = LoggingConfig;
-const std::array<Field<LC>, 1> kLogging{{
+constexpr std::array<Field<LC>, 1> kLogging{{
     {"level", &LC::level, none(), kLevelChoices, "log level"},
 }};
 
 using MC = ModelConfig;
-const std::array<Field<MC>, 9> kModel{{
+constexpr std::array<Field<MC>, 9> kModel{{
     {"reasoning_parser",
      &MC::reasoning_parser,
      none(),

@@ -12,9 +12,9 @@ namespace meridian {
 namespace {
 
 struct Role {
-  const char* key;
-  std::vector<std::uint32_t> ModelConfig::*ids;
-  std::array<std::string_view, 2> texts;  // accepted marker texts (empty = any)
+  const char* key = "";
+  std::vector<std::uint32_t> ModelConfig::*ids = nullptr;
+  std::array<std::string_view, 2> texts{};  // accepted marker texts (empty = any)
 };
 
 // Marker texts per role: Qwen/DeepSeek share <think>; tool calls differ.

@@ -54,8 +54,9 @@ class Validator {
   }
 
   void range(const std::string& path, const schema::NumericRange& r, double value, const std::string& shown) {
-    if (!schema::in_range(r, value))
+    if (!schema::in_range(r, value)) {
       add(path, fmt::format("{} {}; got {}", path, schema::describe_range(r), shown));
+    }
   }
 
   void check_scheduler(const SchedulerConfig& s) {
@@ -83,8 +84,9 @@ class Validator {
   }
 
   void check_telemetry(const TelemetryConfig& t) {
-    if (t.prometheus_host.empty())
+    if (t.prometheus_host.empty()) {
       add("telemetry.prometheus_host", "telemetry.prometheus_host must not be empty");
+    }
     if (t.service_name.empty()) add("telemetry.service_name", "telemetry.service_name must not be empty");
     const bool http = t.otlp_endpoint.starts_with("http://") || t.otlp_endpoint.starts_with("https://");
     if (!http || t.otlp_endpoint.find_first_of(" \t\r\n") != std::string::npos) {

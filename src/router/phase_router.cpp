@@ -3,6 +3,7 @@
 #include <atomic>
 #include <bit>
 #include <mutex>  // std::lock_guard
+#include <ranges>
 #include <thread>
 #include <vector>
 
@@ -89,11 +90,11 @@ struct PhaseRouter::Impl {
       : roles(model, extra_eos),
         start_markers(model.think_start_markers),
         end_markers(model.think_end_markers),
-        parser(model.reasoning_parser),
-        supports_think_disable(model.supports_think_disable),
         limits(router_limits),
         now_ns(steady_now_ns()),
-        last_reap_ns(now_ns.load()) {
+        last_reap_ns(now_ns.load()),
+        parser(model.reasoning_parser),
+        supports_think_disable(model.supports_think_disable) {
     if (limits.force_reissue_grace_steps == 0) limits.force_reissue_grace_steps = 1;
   }
 
@@ -291,17 +292,18 @@ struct PhaseRouter::Impl {
     return result;
   }
 
+  // Ordered largest-alignment first to keep padding small.
+  std::array<Shard, kShardCount> shards;
   TokenRoles roles;
   MarkerPrefix start_markers;
   MarkerSearch end_markers;
-  ReasoningParser parser;
-  bool supports_think_disable;
   RouterLimits limits;
-  std::array<Shard, kShardCount> shards;
+  AtomicCounters counters;
   std::atomic<std::int64_t> now_ns;
   std::atomic<std::int64_t> last_reap_ns;
   std::atomic<std::int64_t> tracked{0};
-  AtomicCounters counters;
+  ReasoningParser parser;
+  bool supports_think_disable;
 };
 
 PhaseRouter::PhaseRouter(const ModelConfig& model, RouterLimits limits, std::span<const TokenId> extra_eos)
@@ -336,8 +338,8 @@ Phase PhaseRouter::begin(RequestId id, std::span<const TokenId> prompt_token_ids
     AtomicCounters::bump(impl.counters.think_disable_ignored);
   }
   // The last think boundary in the prompt decides whether the block is open.
-  for (auto token = prompt_token_ids.rbegin(); token != prompt_token_ids.rend(); ++token) {
-    const TokenRole role = impl.roles.role(*token);
+  for (std::size_t i = prompt_token_ids.size(); i-- > 0;) {
+    const TokenRole role = impl.roles.role(prompt_token_ids[i]);
     if (role == TokenRole::kThinkEnd) break;
     if (role == TokenRole::kThinkStart) {
       impl.enter_think(id, s);
