@@ -16,7 +16,7 @@ CMAKE_FLAGS ?=
 SOURCES := $(shell git ls-files '*.cpp' '*.h' 2>/dev/null || find include src apps tests benchmarks bindings -name '*.cpp' -o -name '*.h')
 TIDY_SOURCES := $(shell git ls-files 'src/*.cpp' 'apps/*.cpp' 2>/dev/null)
 
-.PHONY: all setup build test test-cpp test-sanitizers test-python test-package lint format format-check bench demo clean
+.PHONY: all setup build test test-cpp test-sanitizers test-python test-package test-install lint format format-check bench demo clean
 
 all: build
 
@@ -29,11 +29,11 @@ build: setup
 	@echo "built $(BUILD_DIR)/bin/meridian"
 
 # Everything CI checks, in order of how fast each fails.
-test: build format-check test-cpp test-python test-package test-sanitizers lint
+test: build format-check test-cpp test-python test-install test-sanitizers lint
 	@echo "make test: all checks passed"
 
 test-cpp:
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	@cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS)
 
 # ASan+UBSan over every C++ suite; TSan over the concurrent suites.
 test-sanitizers:
@@ -46,7 +46,7 @@ test-sanitizers:
 	  -DMERIDIAN_ENABLE_CUDA=OFF -DMERIDIAN_BUILD_BENCH=OFF -DMERIDIAN_BUILD_APPS=OFF >/dev/null
 	@cmake --build $(BUILD_DIR)-tsan -j $(JOBS) --target router_concurrency_test request_id_map_test
 	@cd $(BUILD_DIR)-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  ctest --output-on-failure -L concurrency -j $(JOBS)
+	  ctest --output-on-failure --no-tests=error -L concurrency -j $(JOBS)
 
 # The Python package, installed as a user would (pip install .), then pytest
 # against the installed copy; the CLI tests use $(BUILD_DIR)/bin/meridian.
@@ -55,6 +55,15 @@ test-python: test-package
 
 test-package:
 	@$(PYTHON) -m pip install -q --no-build-isolation --no-deps .
+
+# The exported CMake package works for a downstream project.
+test-install:
+	@rm -rf $(BUILD_DIR)/install-test $(BUILD_DIR)/consumer
+	@cmake --install $(BUILD_DIR) --prefix $(BUILD_DIR)/install-test >/dev/null
+	@cmake -S tests/cmake_consumer -B $(BUILD_DIR)/consumer -G Ninja \
+	  -DCMAKE_PREFIX_PATH=$(abspath $(BUILD_DIR))/install-test >/dev/null
+	@cmake --build $(BUILD_DIR)/consumer >/dev/null
+	@$(BUILD_DIR)/consumer/consumer
 
 format:
 	@clang-format -i $(SOURCES)
