@@ -80,13 +80,19 @@ lint:
 bench: build
 	@$(PYTHON) benchmarks/run_microbench.py --binary $(BUILD_DIR)/bin/meridian-microbench --out bench-out/microbench.json
 
-demo: setup build
+# Only what the demo needs: the CLI and its libraries (no test or lint tools).
+demo:
+	@scripts/setup.sh scripts/apt-packages-demo.txt requirements-demo.txt
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DMERIDIAN_BUILD_TESTS=OFF \
+	  -DMERIDIAN_BUILD_BENCH=OFF -DMERIDIAN_BUILD_APPS=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target meridian_cli
 	@if $(BUILD_DIR)/bin/meridian replay --help >/dev/null 2>&1; then \
 	  $(BUILD_DIR)/bin/meridian replay --out-dir bench-out; \
 	else \
 	  echo "replay not built yet: the replay simulator lands with the replay issue."; \
-	  echo "Meanwhile: $(BUILD_DIR)/bin/meridian check-config meridian.toml.example --model qwen3"; \
-	  $(BUILD_DIR)/bin/meridian check-config meridian.toml.example --model qwen3 | tail -12; \
+	  echo "Meanwhile, the resolved configuration for qwen3:"; \
+	  echo "  $(BUILD_DIR)/bin/meridian check-config meridian.toml.example --model qwen3"; \
+	  $(BUILD_DIR)/bin/meridian check-config meridian.toml.example --model qwen3 | sed -n '/^\[scheduler\]/,/^$$/p;/^\[model/,$$p'; \
 	fi
 
 clean:

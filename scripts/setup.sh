@@ -30,9 +30,13 @@ if [[ ! -x .venv/bin/python ]]; then
   "$python" -m venv .venv
 fi
 
-stamp=.venv/.meridian-requirements
+# One stamp per requirements file, so `make demo` and `make test` do not
+# undo each other's record; a file with no requirements installs nothing.
+stamp=".venv/.installed-$(basename "$requirements_file").sha256"
 want=$(sha256sum "$requirements_file" | cut -d' ' -f1)
-if [[ ! -f "$stamp" ]] || ! grep -qx "$want" "$stamp"; then
+if ! grep -qvE '^\s*(#|$)' "$requirements_file"; then
+  : # nothing to install
+elif [[ ! -f "$stamp" ]] || ! grep -qx "$want" "$stamp"; then
   echo "setup: installing Python packages from $requirements_file"
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r "$requirements_file"

@@ -5,19 +5,14 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include "config/internal.h"
 #include "config/schema.h"
 
 namespace meridian {
 namespace {
 
 namespace schema = config_schema;
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
+using config_detail::Overloaded;
 
 /// A field's value as a toml++ node, so quoting/escaping follows TOML rules.
 template <class S>

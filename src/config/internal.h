@@ -10,6 +10,14 @@
 
 namespace meridian::config_detail {
 
+/// std::visit helper: one lambda per alternative.
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
 /// Where a value came from, keyed by dotted path, so that validation issues
 /// found after parsing can still point at a file, line and column.
 struct Location {

@@ -23,13 +23,6 @@ namespace {
 
 namespace schema = config_schema;
 
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
-
 std::string_view type_name(const toml::node& node) {
   switch (node.type()) {
     case toml::node_type::table: return "table";

@@ -1,8 +1,8 @@
 // Links the installed meridian_core and uses the config and the router.
+#include <cstdio>
+
 #include <meridian/config.h>
 #include <meridian/phase_router.h>
-
-#include <cstdio>
 
 int main() {
   const meridian::MeridianConfig config = meridian::parse_config("[scheduler]\nmax_think_tokens = 1000\n");

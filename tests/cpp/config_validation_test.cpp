@@ -125,6 +125,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "telemetry.otlp_endpoint must be an http:// or https:// URL; got \"localhost:4318\""},
         BadCase{"[telemetry]\nservice_name = \"\"", "telemetry.service_name",
                 "telemetry.service_name must not be empty"},
+        BadCase{"[telemetry]\nprometheus_host = \"\"", "telemetry.prometheus_host",
+                "telemetry.prometheus_host must not be empty"},
         BadCase{"[model.qwen3]\nthink_end_token_ids = []", "model.qwen3.think_end_token_ids",
                 "model.qwen3.think_end_token_ids must not be empty when reasoning_parser = \"qwen3\""},
         BadCase{"[model.deepseek_r1]\nthink_end_token_ids = []", "model.deepseek_r1.think_end_token_ids",

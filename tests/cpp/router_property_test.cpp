@@ -8,24 +8,19 @@
 #include <rapidcheck/gtest.h>
 
 #include "meridian/phase_router.h"
+#include "router_test_model.h"
 
 namespace meridian {
 namespace {
 
-constexpr TokenId kStart = 10, kEnd = 11, kEos = 2, kTool = 20, kToolEnd = 21, kWord = 100;
+using testing::kEnd;
+using testing::kEos;
+using testing::kStart;
+using testing::kTool;
+using testing::kToolEnd;
+using testing::kWord;
 
-ModelConfig model(ReasoningParser parser) {
-  ModelConfig m;
-  m.name = "prop";
-  m.reasoning_parser = parser;
-  m.think_start_token_ids = {kStart};
-  m.think_end_token_ids = {kEnd};
-  m.eos_token_ids = {kEos};
-  m.tool_call_start_token_ids = {kTool};
-  m.tool_call_end_token_ids = {kToolEnd};
-  m.supports_think_disable = true;
-  return m;
-}
+ModelConfig model(ReasoningParser parser) { return testing::id_model(parser); }
 
 // One step of a random trace: a token, or a force request.
 struct Input {

@@ -7,25 +7,19 @@
 #include <gtest/gtest.h>
 
 #include "meridian/phase_router.h"
+#include "router_test_model.h"
 
 namespace meridian {
 namespace {
 
-constexpr TokenId kStart = 10, kEnd = 11, kEos = 2, kTool = 20, kToolEnd = 21, kWord = 100;
+using testing::id_model;
+using testing::kEnd;
+using testing::kEos;
+using testing::kStart;
+using testing::kTool;
+using testing::kToolEnd;
+using testing::kWord;
 constexpr RequestId kReq = 7;
-
-ModelConfig id_model(ReasoningParser parser = ReasoningParser::kQwen3, bool supports_disable = true) {
-  ModelConfig m;
-  m.name = "test";
-  m.reasoning_parser = parser;
-  m.think_start_token_ids = {kStart};
-  m.think_end_token_ids = {kEnd};
-  m.eos_token_ids = {kEos};
-  m.tool_call_start_token_ids = {kTool};
-  m.tool_call_end_token_ids = {kToolEnd};
-  m.supports_think_disable = supports_disable;
-  return m;
-}
 
 ModelConfig prose_model() {
   ModelConfig m = MeridianConfig::defaults().model("granite_3_2");
