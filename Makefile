@@ -86,7 +86,7 @@ demo:
 	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DMERIDIAN_BUILD_TESTS=OFF \
 	  -DMERIDIAN_BUILD_BENCH=OFF -DMERIDIAN_BUILD_APPS=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target meridian_cli
-	@if $(BUILD_DIR)/bin/meridian replay --help >/dev/null 2>&1; then \
+	@if $(BUILD_DIR)/bin/meridian --help | grep -qE '^ +replay '; then \
 	  $(BUILD_DIR)/bin/meridian replay --out-dir bench-out; \
 	else \
 	  echo "replay not built yet: the replay simulator lands with the replay issue."; \
