@@ -196,16 +196,12 @@ class DocumentReader {
                    },
                    [&](FabricKind S::*m) {
                      if (auto index = read_choice(node, path, schema::fabric_choices())) {
-                       static constexpr std::array kKinds{FabricKind::kNone, FabricKind::kNixl,
-                                                          FabricKind::kMooncake};
-                       target.*m = kKinds.at(*index);
+                       target.*m = schema::fabric_values()[*index];
                      }
                    },
                    [&](ReasoningParser S::*m) {
                      if (auto index = read_choice(node, path, schema::reasoning_parser_choices())) {
-                       static constexpr std::array kParsers{
-                           ReasoningParser::kQwen3, ReasoningParser::kDeepSeekR1, ReasoningParser::kGranite};
-                       target.*m = kParsers.at(*index);
+                       target.*m = schema::reasoning_parser_values()[*index];
                      }
                    },
                    [&](std::vector<std::uint32_t> S::*m) {

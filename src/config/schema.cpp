@@ -18,8 +18,21 @@ constexpr NumericRange at_least(double v) noexcept { return {Bound{v, false}, st
 constexpr NumericRange greater_than(double v) noexcept { return {Bound{v, true}, std::nullopt}; }
 constexpr NumericRange none() noexcept { return {}; }
 
-constexpr std::array<std::string_view, 3> kFabricChoices{"none", "nixl", "mooncake"};
-constexpr std::array<std::string_view, 3> kParserChoices{"qwen3", "deepseek_r1", "granite"};
+// Enum fields: the values in the order error messages list them; their TOML
+// spellings come from to_string(), the one enum-to-string mapping.
+constexpr std::array kFabricKinds{FabricKind::kNone, FabricKind::kNixl, FabricKind::kMooncake};
+constexpr std::array kParsers{ReasoningParser::kQwen3, ReasoningParser::kDeepSeekR1,
+                              ReasoningParser::kGranite};
+
+template <class E, std::size_t N>
+std::array<std::string_view, N> spellings(const std::array<E, N>& values) noexcept {
+  std::array<std::string_view, N> names{};
+  for (std::size_t i = 0; i < N; ++i) names[i] = to_string(values[i]);
+  return names;
+}
+
+const std::array<std::string_view, 3> kFabricChoices = spellings(kFabricKinds);
+const std::array<std::string_view, 3> kParserChoices = spellings(kParsers);
 constexpr std::array<std::string_view, 6> kLevelChoices{"trace", "debug", "info", "warn", "error", "off"};
 
 using SC = SchedulerConfig;
@@ -178,6 +191,8 @@ std::vector<std::string_view> section_names() {
 
 Choices fabric_choices() { return kFabricChoices; }
 Choices reasoning_parser_choices() { return kParserChoices; }
+std::span<const FabricKind> fabric_values() { return kFabricKinds; }
+std::span<const ReasoningParser> reasoning_parser_values() { return kParsers; }
 Choices log_level_choices() { return kLevelChoices; }
 
 std::string format_double(double value) {

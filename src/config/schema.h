@@ -82,9 +82,12 @@ bool in_range(const NumericRange& range, double value);
 /// Formats a double the way TOML would print it (shortest round-trip form).
 std::string format_double(double value);
 
-/// The accepted spellings of the enum fields.
+/// The accepted spellings of the enum fields; `*_values()[i]` is the value
+/// spelled `*_choices()[i]`.
 Choices fabric_choices();
 Choices reasoning_parser_choices();
+std::span<const FabricKind> fabric_values();
+std::span<const ReasoningParser> reasoning_parser_values();
 Choices log_level_choices();
 
 /// Maximum entries in a token-id list or marker list (the router keeps them inline).

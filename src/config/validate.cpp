@@ -99,10 +99,13 @@ class Validator {
   void check_model(const std::string& name, const ModelConfig& m) {
     const std::string prefix = "model." + name;
     const auto parser = to_string(m.reasoning_parser);
+    const std::pair<const char*, const std::vector<std::string>*> marker_lists[] = {
+        {"think_start_markers", &m.think_start_markers},
+        {"think_end_markers", &m.think_end_markers},
+    };
     if (m.reasoning_parser == ReasoningParser::kGranite) {
-      for (const auto* list : {&m.think_start_markers, &m.think_end_markers}) {
+      for (const auto& [key, list] : marker_lists) {
         if (list->empty()) {
-          const char* key = list == &m.think_start_markers ? "think_start_markers" : "think_end_markers";
           add(fmt::format("{}.{}", prefix, key),
               fmt::format("{}.{} must not be empty when reasoning_parser = \"{}\"", prefix, key, parser));
         }
@@ -145,9 +148,8 @@ class Validator {
     }
 
     std::set<std::string> seen_markers;
-    for (const auto* list : {&m.think_start_markers, &m.think_end_markers}) {
-      const std::string path = fmt::format(
-          "{}.{}", prefix, list == &m.think_start_markers ? "think_start_markers" : "think_end_markers");
+    for (const auto& [key, list] : marker_lists) {
+      const std::string path = fmt::format("{}.{}", prefix, key);
       if (list->size() > schema::kMaxMarkers) {
         add(path,
             fmt::format("{} must have at most {} entries; got {}", path, schema::kMaxMarkers, list->size()));
