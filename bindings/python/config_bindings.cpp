@@ -34,7 +34,16 @@ void bind_config(nb::module_& m) {
       .def_rw("max_think_tokens", &SchedulerConfig::max_think_tokens)
       .def_rw("min_think_tokens", &SchedulerConfig::min_think_tokens)
       .def_rw("force_reissue_grace_steps", &SchedulerConfig::force_reissue_grace_steps)
-      .def_rw("reap_idle_after_s", &SchedulerConfig::reap_idle_after_s);
+      .def_rw("reap_idle_after_s", &SchedulerConfig::reap_idle_after_s)
+      .def_rw("min_prefill_tokens_per_step", &SchedulerConfig::min_prefill_tokens_per_step)
+      .def_rw("preemption_enabled", &SchedulerConfig::preemption_enabled)
+      .def_rw("preempt_max_fraction", &SchedulerConfig::preempt_max_fraction)
+      .def_rw("preempt_readmit_guard_steps", &SchedulerConfig::preempt_readmit_guard_steps)
+      .def_rw("step_cost_base_ms", &SchedulerConfig::step_cost_base_ms)
+      .def_rw("step_cost_per_token_ms", &SchedulerConfig::step_cost_per_token_ms)
+      .def_rw("step_cost_per_kv_token_us", &SchedulerConfig::step_cost_per_kv_token_us)
+      .def_rw("step_cost_online", &SchedulerConfig::step_cost_online)
+      .def_rw("step_cost_forgetting_factor", &SchedulerConfig::step_cost_forgetting_factor);
   nb::class_<EntropyConfig>(m, "EntropyConfig")
       .def(nb::init<>())
       .def_rw("enabled", &EntropyConfig::enabled)
@@ -48,6 +57,7 @@ void bind_config(nb::module_& m) {
       .def_rw("aggressive_think_eviction", &KvMemoryConfig::aggressive_think_eviction)
       .def_rw("think_phase_memory_fraction", &KvMemoryConfig::think_phase_memory_fraction)
       .def_rw("block_size_bytes", &KvMemoryConfig::block_size_bytes)
+      .def_rw("block_tokens", &KvMemoryConfig::block_tokens)
       .def_rw("capacity_bytes", &KvMemoryConfig::capacity_bytes, "None means \"auto\"")
       .def("resolve_capacity_bytes", &KvMemoryConfig::resolve_capacity_bytes, "device_total_bytes"_a);
   nb::class_<DisaggConfig>(m, "DisaggConfig")

@@ -26,13 +26,22 @@ namespace meridian {
 
 /// [scheduler]: dual-queue policy, think-token bounds and phase-router timing.
 struct SchedulerConfig {
-  double think_tpot_budget_ms = 80.0;           ///< > 0; TPOT budget for think-phase tokens.
-  double output_tpot_budget_ms = 20.0;          ///< > 0; TPOT budget for output-phase tokens.
-  double think_batch_multiplier = 2.5;          ///< >= 1; think batch as a multiple of the output budget.
-  std::uint64_t max_think_tokens = 32768;       ///< > min_think_tokens; hard cap (a guarantee).
-  std::uint64_t min_think_tokens = 512;         ///< < max_think_tokens; nothing forces before this.
-  std::uint32_t force_reissue_grace_steps = 1;  ///< >= 1; steps a forced </think> may take to land.
-  double reap_idle_after_s = 60.0;              ///< > 0; router state idle this long is reaped.
+  double think_tpot_budget_ms = 80.0;               ///< > 0; TPOT budget for think-phase tokens.
+  double output_tpot_budget_ms = 20.0;              ///< > 0; TPOT budget for output-phase tokens.
+  double think_batch_multiplier = 2.5;              ///< >= 1; think batch as a multiple of the output budget.
+  std::uint64_t max_think_tokens = 32768;           ///< > min_think_tokens; hard cap (a guarantee).
+  std::uint64_t min_think_tokens = 512;             ///< < max_think_tokens; nothing forces before this.
+  std::uint32_t force_reissue_grace_steps = 1;      ///< >= 1; steps a forced </think> may take to land.
+  double reap_idle_after_s = 60.0;                  ///< > 0; router state idle this long is reaped.
+  std::uint32_t min_prefill_tokens_per_step = 256;  ///< prefill always progresses by this much.
+  bool preemption_enabled = true;                   ///< phase-aware preemption (ADR-0008 design).
+  double preempt_max_fraction = 0.125;              ///< (0, 1]; victims per step / running set.
+  std::uint32_t preempt_readmit_guard_steps = 8;    ///< steps a re-admitted request is immune.
+  double step_cost_base_ms = 6.0;                   ///< > 0; fixed cost of one engine step.
+  double step_cost_per_token_ms = 0.03;             ///< >= 0; per scheduled token.
+  double step_cost_per_kv_token_us = 0.044;         ///< >= 0; per context token read.
+  bool step_cost_online = true;                     ///< learn the coefficients from step times.
+  double step_cost_forgetting_factor = 0.98;        ///< (0, 1]; RLS forgetting factor.
 
   friend bool operator==(const SchedulerConfig&, const SchedulerConfig&) = default;
 };
@@ -54,6 +63,7 @@ struct KvMemoryConfig {
   bool aggressive_think_eviction = false;
   double think_phase_memory_fraction = 0.40;  ///< (0, 1)
   std::uint64_t block_size_bytes = 16384;     ///< > 0
+  std::uint32_t block_tokens = 16;            ///< >= 1; tokens one block holds (vLLM block_size).
   /// Total KV budget in bytes; std::nullopt means "auto" (85% of device memory,
   /// resolved at engine start by resolve_capacity_bytes()).
   std::optional<std::uint64_t> capacity_bytes;

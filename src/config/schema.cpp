@@ -36,7 +36,7 @@ const std::array<std::string_view, 3> kParserChoices = spellings(kParsers);
 constexpr std::array<std::string_view, 6> kLevelChoices{"trace", "debug", "info", "warn", "error", "off"};
 
 using SC = SchedulerConfig;
-constexpr std::array<Field<SC>, 7> kScheduler{{
+constexpr std::array<Field<SC>, 16> kScheduler{{
     {"think_tpot_budget_ms",
      &SC::think_tpot_budget_ms,
      positive(),
@@ -72,6 +72,39 @@ constexpr std::array<Field<SC>, 7> kScheduler{{
      positive(),
      {},
      "router state of a request idle this long (s) is reaped"},
+    {"min_prefill_tokens_per_step",
+     &SC::min_prefill_tokens_per_step,
+     {Bound{0, false}, Bound{kU32Max, false}},
+     {},
+     "prefill tokens granted every step even while the output SLO binds"},
+    {"preemption_enabled", &SC::preemption_enabled, none(), {}, "phase-aware preemption on"},
+    {"preempt_max_fraction",
+     &SC::preempt_max_fraction,
+     {Bound{0, true}, Bound{1, false}},
+     {},
+     "at most this fraction of the running set is preempted per step"},
+    {"preempt_readmit_guard_steps",
+     &SC::preempt_readmit_guard_steps,
+     {Bound{0, false}, Bound{kU32Max, false}},
+     {},
+     "steps a re-admitted request cannot be preempted (times its preemption count)"},
+    {"step_cost_base_ms", &SC::step_cost_base_ms, positive(), {}, "fixed cost of one engine step (ms)"},
+    {"step_cost_per_token_ms",
+     &SC::step_cost_per_token_ms,
+     at_least(0.0),
+     {},
+     "cost of each scheduled token (ms)"},
+    {"step_cost_per_kv_token_us",
+     &SC::step_cost_per_kv_token_us,
+     at_least(0.0),
+     {},
+     "cost of each context token read by attention (us)"},
+    {"step_cost_online", &SC::step_cost_online, none(), {}, "learn step-cost coefficients online"},
+    {"step_cost_forgetting_factor",
+     &SC::step_cost_forgetting_factor,
+     {Bound{0, true}, Bound{1, false}},
+     {},
+     "recursive-least-squares forgetting factor"},
 }};
 
 using EC = EntropyConfig;
@@ -101,7 +134,7 @@ constexpr std::array<Field<EC>, 6> kEntropy{{
 }};
 
 using KC = KvMemoryConfig;
-constexpr std::array<Field<KC>, 4> kKvMemory{{
+constexpr std::array<Field<KC>, 5> kKvMemory{{
     {"aggressive_think_eviction",
      &KC::aggressive_think_eviction,
      none(),
@@ -113,6 +146,11 @@ constexpr std::array<Field<KC>, 4> kKvMemory{{
      {},
      "fraction of KV capacity think-phase blocks may hold"},
     {"block_size_bytes", &KC::block_size_bytes, positive(), {}, "bytes per KV block"},
+    {"block_tokens",
+     &KC::block_tokens,
+     {Bound{1, false}, Bound{kU32Max, false}},
+     {},
+     "tokens per KV block (vLLM block_size)"},
     {"capacity_bytes",
      &KC::capacity_bytes,
      positive(),

@@ -1,0 +1,191 @@
+// Phase-aware KV block manager: three eviction tiers with LRU inside each,
+// one-way demotion, per-request block lists and a prefix cache of finished
+// turns (SPEC §3.6, ADR-0009).
+//
+// Thread-safety: KvBlockManager is NOT thread-safe. It belongs to the engine's
+// scheduling loop (one thread); callers that share it must serialise calls.
+// Ownership: the manager owns all block bookkeeping; returned spans point into
+// it and stay valid until the next non-const call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meridian/config.h"
+#include "meridian/phase.h"
+
+namespace meridian {
+
+using BlockId = std::uint32_t;
+
+/// Eviction tiers, in eviction order: kThinkComplete goes first.
+/// A block's tier only ever moves down (ADR-0004): ThinkActive -> ThinkComplete.
+enum class BlockTier : std::uint8_t {
+  kThinkComplete = 0,   ///< reasoning of a request whose </think> was seen
+  kThinkActive = 1,     ///< reasoning still being generated
+  kOutputCritical = 2,  ///< prompt and answer: what the stream and the next turn need
+};
+inline constexpr std::size_t kBlockTierCount = 3;
+
+/// What happened to a block that was taken from its owner or from the cache.
+enum class ReclaimAction : std::uint8_t {
+  kEvictCached = 0,  ///< a cached block of a finished (or preempted) request was reused
+  kOffload = 1,      ///< a live ThinkComplete block moved to the disagg fabric
+};
+
+/// One block taken from somewhere other than the free list during an allocation.
+/// `owner` is 0 for cached blocks (nobody holds them any more).
+struct ReclaimedBlock {
+  BlockId block = 0;
+  RequestId owner = 0;
+  BlockTier tier = BlockTier::kThinkComplete;
+  ReclaimAction action = ReclaimAction::kEvictCached;
+
+  friend bool operator==(const ReclaimedBlock&, const ReclaimedBlock&) = default;
+};
+
+enum class AllocStatus : std::uint8_t {
+  kOk = 0,
+  kOutOfBlocks = 1,  ///< not enough free + reclaimable blocks; nothing changed
+  kThinkLimit = 2,   ///< think_phase_memory_fraction would be exceeded; nothing changed
+  kInvalidTier = 3,  ///< allocations are ThinkActive or OutputCritical only
+};
+
+struct AllocResult {
+  AllocStatus status = AllocStatus::kOk;
+  std::vector<BlockId> blocks;            ///< appended to the request's list, in order
+  std::vector<ReclaimedBlock> reclaimed;  ///< owners to notify (offloads) and cache losses
+
+  [[nodiscard]] bool ok() const noexcept { return status == AllocStatus::kOk; }
+};
+
+/// Why a request gives its blocks back.
+enum class ReleaseKind : std::uint8_t {
+  kFinished = 0,   ///< request done: hashed blocks stay cached for prefix hits
+  kRecompute = 1,  ///< preempted, will be recomputed: hashed blocks stay cached
+  kSwap = 2,       ///< preempted, KV copied to host: blocks freed
+  kOffload = 3,    ///< preempted, KV moved to the fabric: blocks freed
+  kAbort = 4,      ///< request aborted: blocks freed, nothing cached
+};
+
+struct KvBlockManagerOptions {
+  std::uint32_t num_blocks = 0;  ///< > 0
+  std::uint64_t block_size_bytes = 16384;
+  double think_phase_memory_fraction = 0.40;  ///< (0, 1): cap on ThinkActive blocks
+  bool aggressive_think_eviction = false;     ///< drop ThinkComplete blocks at </think>
+  bool fabric_offload = false;                ///< live ThinkComplete blocks may be offloaded
+
+  /// From [kv_memory] and [disagg]; capacity_bytes is the resolved KV budget.
+  static KvBlockManagerOptions from_config(const MeridianConfig& config, std::uint64_t capacity_bytes);
+};
+
+/// Counters that count: every reclaimed or dropped block increments exactly one.
+struct KvBlockCounters {
+  std::uint64_t allocated_blocks = 0;
+  std::uint64_t failed_allocations = 0;
+  std::uint64_t evicted_cached[kBlockTierCount] = {};  ///< cached blocks reused, by tier
+  std::uint64_t offloaded_live[kBlockTierCount] = {};  ///< live blocks moved to the fabric
+  std::uint64_t released_live[kBlockTierCount] = {};   ///< live blocks given back by preemption/abort
+  std::uint64_t dropped_think_complete = 0;            ///< aggressive_think_eviction drops
+  std::uint64_t demoted_blocks = 0;                    ///< ThinkActive -> ThinkComplete
+  /// User-visible degradation: live blocks of an answer-phase request taken away
+  /// (preemption of an answer-phase request, or its blocks offloaded). Zero is the target.
+  std::uint64_t output_critical_eviction_events = 0;
+  std::uint64_t prefix_hit_blocks = 0;
+  std::uint64_t prefix_lookup_blocks = 0;
+
+  /// Per-tier evictions in the seeds' sense: cached + offloaded + released.
+  [[nodiscard]] std::uint64_t evictions(BlockTier tier) const noexcept;
+};
+
+/// Point-in-time occupancy.
+struct KvBlockUsage {
+  std::uint32_t total_blocks = 0;
+  std::uint32_t free_blocks = 0;
+  std::uint32_t live_blocks[kBlockTierCount] = {};    ///< held by at least one request
+  std::uint32_t cached_blocks[kBlockTierCount] = {};  ///< held by nobody, kept for prefix hits
+  std::uint32_t think_block_limit = 0;                ///< cap on live ThinkActive blocks
+  std::uint64_t block_size_bytes = 0;
+
+  /// Blocks an allocation could obtain right now without preempting anyone
+  /// (free + cached, plus live ThinkComplete when fabric offload is on).
+  std::uint32_t allocatable_blocks = 0;
+
+  [[nodiscard]] std::uint32_t used_blocks() const noexcept { return total_blocks - free_blocks; }
+  [[nodiscard]] std::uint64_t used_bytes() const noexcept {
+    return std::uint64_t{used_blocks()} * block_size_bytes;
+  }
+  /// ThinkActive blocks that may still be allocated under the fraction cap.
+  [[nodiscard]] std::uint32_t think_headroom() const noexcept {
+    const std::uint32_t live = live_blocks[static_cast<std::size_t>(BlockTier::kThinkActive)];
+    return live >= think_block_limit ? 0 : think_block_limit - live;
+  }
+};
+
+class KvBlockManager {
+ public:
+  /// Throws std::invalid_argument (with the field name) on num_blocks == 0 or a
+  /// fraction outside (0, 1).
+  explicit KvBlockManager(const KvBlockManagerOptions& options);
+  ~KvBlockManager();
+  KvBlockManager(KvBlockManager&&) noexcept;
+  KvBlockManager& operator=(KvBlockManager&&) noexcept;
+  KvBlockManager(const KvBlockManager&) = delete;
+  KvBlockManager& operator=(const KvBlockManager&) = delete;
+
+  /// Appends `count` blocks of `tier` (ThinkActive or OutputCritical) to the
+  /// request's list. Sources, in order: free list, cached blocks (ThinkComplete,
+  /// then ThinkActive, then OutputCritical; LRU first), then live ThinkComplete
+  /// blocks when fabric offload is on. Feasibility is checked first: a failed
+  /// allocation changes nothing. `hashes` (optional, one per block) makes the
+  /// new blocks cacheable under those content hashes once the request ends.
+  AllocResult allocate(RequestId request, BlockTier tier, std::uint32_t count,
+                       std::span<const std::uint64_t> hashes = {});
+
+  /// Attaches the longest run of cached or live blocks matching `hashes` (a
+  /// chain hash per full prompt block) to the request. Returns the number of
+  /// leading blocks reused; the caller skips prefill for them.
+  std::uint32_t attach_prefix(RequestId request, std::span<const std::uint64_t> hashes);
+  /// Read-only: how many leading blocks attach_prefix would reuse.
+  [[nodiscard]] std::uint32_t match_prefix(std::span<const std::uint64_t> hashes) const;
+
+  /// ExitThink: the request's ThinkActive blocks become ThinkComplete, or are
+  /// dropped under aggressive_think_eviction (ids returned). O(blocks of request).
+  std::vector<BlockId> demote_think_blocks(RequestId request);
+
+  /// Gives back all of the request's blocks. Blocks still shared with another
+  /// request stay live. `answer_phase` marks a preempted answer-phase request,
+  /// which counts one output-critical eviction event. O(blocks of request).
+  void release(RequestId request, ReleaseKind kind, bool answer_phase = false);
+
+  /// Moves the request's blocks to the most-recently-used end of their lists.
+  void touch(RequestId request);
+
+  [[nodiscard]] std::span<const BlockId> blocks_of(RequestId request) const;
+  [[nodiscard]] bool holds_blocks(RequestId request) const;
+  [[nodiscard]] BlockTier tier_of(BlockId block) const;
+  [[nodiscard]] bool is_free(BlockId block) const;
+  [[nodiscard]] KvBlockUsage usage() const noexcept;
+  [[nodiscard]] const KvBlockCounters& counters() const noexcept;
+  [[nodiscard]] const KvBlockManagerOptions& options() const noexcept;
+
+  /// Full consistency check (every block in exactly one tier list or free,
+  /// counts match, ref counts match the request lists, think cap held).
+  /// O(num_blocks); for tests and debug builds. Returns an empty string when
+  /// consistent, else a description of the first violation.
+  [[nodiscard]] std::string check_invariants() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+[[nodiscard]] std::string_view to_string(BlockTier tier) noexcept;
+[[nodiscard]] std::string_view to_string(AllocStatus status) noexcept;
+[[nodiscard]] std::string_view to_string(ReleaseKind kind) noexcept;
+
+}  // namespace meridian

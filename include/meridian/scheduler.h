@@ -1,0 +1,199 @@
+// Dual-queue scheduler: the continuous-batching policy (SPEC §3.5, ADR-0007)
+// with phase-aware preemption (SPEC §3.6, ADR-0008).
+//
+// Called once per engine step. It keeps every request's state across steps
+// (queues are persistent; nothing is popped and forgotten) and returns the
+// step's work: answer-phase decode first, then think-phase decode oldest-last-
+// token first (round robin), prefill of waiting requests, and any preemptions
+// the caller must carry out before running the step.
+//
+// Thread-safety: DualQueueScheduler is NOT thread-safe; it belongs to the
+// engine's scheduling loop. Ownership: the scheduler owns its request state;
+// the StepPlan reference returned by schedule() stays valid until the next
+// schedule() call.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "meridian/config.h"
+#include "meridian/phase.h"
+#include "meridian/step_cost_model.h"
+
+namespace meridian {
+
+/// Engine limits for one step.
+struct StepLimits {
+  std::uint32_t token_budget = 8192;  ///< max tokens computed in the step (max_num_batched_tokens)
+  std::uint32_t max_sequences = 256;  ///< max requests in the step (max_num_seqs)
+  /// KV blocks obtainable without preempting anyone (free + evictable cache).
+  std::uint64_t free_kv_blocks = std::numeric_limits<std::uint64_t>::max();
+  /// ThinkActive blocks still allowed under think_phase_memory_fraction.
+  std::uint64_t free_think_kv_blocks = std::numeric_limits<std::uint64_t>::max();
+};
+
+/// A request entering the scheduler (waiting for prefill).
+struct NewRequest {
+  RequestId id = 0;
+  /// kThinkDecode (reasoning first) or kOutputDecode (thinking disabled).
+  /// kPrefill is treated as kThinkDecode.
+  Phase phase = Phase::kThinkDecode;
+  std::uint32_t prompt_tokens = 0;         ///< >= 1
+  std::uint32_t cached_prompt_tokens = 0;  ///< prefix-cache hit: already in KV, no prefill
+  std::int64_t arrival_ns = 0;
+};
+
+enum class WorkKind : std::uint8_t {
+  kDecode = 0,   ///< one token
+  kPrefill = 1,  ///< a chunk of the prompt (or of the recomputed context)
+  kSwapIn = 2,   ///< swapped KV comes back, then one token is decoded
+};
+
+/// How a preempted request's KV is reclaimed.
+enum class ReclaimMode : std::uint8_t {
+  kRecompute = 0,  ///< think-phase victims: KV dropped, context recomputed on re-admission
+  kSwap = 1,       ///< answer-phase victims: KV copied to host, nothing lost
+  kOffload = 2,    ///< any victim when a disagg fabric is configured
+};
+
+/// One request's work in the step.
+struct ScheduledWork {
+  RequestId id = 0;
+  WorkKind kind = WorkKind::kDecode;
+  Phase phase = Phase::kThinkDecode;
+  std::uint32_t tokens = 0;            ///< tokens computed in this step
+  std::uint32_t context_tokens = 0;    ///< tokens already in KV before this step
+  std::uint32_t new_blocks = 0;        ///< KV blocks to allocate for this step (all tiers)
+  std::uint32_t new_think_blocks = 0;  ///< of new_blocks, how many are ThinkActive
+  bool due = false;                    ///< think decode forced by the think TPOT guarantee
+  bool completes_prefill = false;      ///< the chunk finishes prefill: a token is sampled
+};
+
+struct Preemption {
+  RequestId id = 0;
+  Phase phase = Phase::kThinkDecode;
+  ReclaimMode mode = ReclaimMode::kRecompute;
+  std::uint32_t blocks = 0;       ///< blocks the scheduler expects to be freed
+  std::uint32_t preemptions = 0;  ///< times this request has now been preempted
+};
+
+/// Per-step observability (queue depths at step start, batch sizes of the plan).
+struct StepStats {
+  std::uint32_t output_queue_depth = 0;
+  std::uint32_t think_queue_depth = 0;
+  std::uint32_t waiting_depth = 0;  ///< new + recompute victims waiting for prefill
+  std::uint32_t swapped_depth = 0;
+  std::uint32_t output_batch = 0;  ///< answer-phase decodes (incl. swap-ins)
+  std::uint32_t think_batch = 0;   ///< think-phase decodes
+  std::uint32_t due_think = 0;     ///< of think_batch, forced by the think TPOT guarantee
+  std::uint32_t prefill_requests = 0;
+  std::uint32_t prefill_tokens = 0;
+  std::uint32_t stalled = 0;              ///< runnable requests left out for lack of KV blocks
+  std::uint32_t output_batch_budget = 0;  ///< decodes that fit output_tpot_budget_ms
+  std::uint32_t think_batch_cap = 0;      ///< think_batch_multiplier x output_batch_budget
+  bool output_slo_bound = false;          ///< answer-phase requests are active
+  double step_ceiling_ms = 0;             ///< time bound for optional work this step
+  double predicted_step_ms = 0;
+  std::uint64_t total_tokens = 0;  ///< cost-model features of the plan
+  std::uint64_t kv_tokens = 0;
+};
+
+struct StepPlan {
+  std::uint64_t step = 0;
+  std::vector<ScheduledWork> work;      ///< in priority order
+  std::vector<Preemption> preemptions;  ///< carry out before running the step
+  std::vector<RequestId> aborted;       ///< can never fit in KV capacity: end them
+  StepStats stats;
+};
+
+/// Cumulative counters.
+struct SchedulerCounters {
+  std::uint64_t steps = 0;
+  std::uint64_t scheduled_tokens = 0;
+  std::uint64_t preemptions[3] = {};   ///< by ReclaimMode
+  std::uint64_t preempted_output = 0;  ///< answer-phase victims (user-visible)
+  std::uint64_t preempted_think = 0;
+  std::uint64_t stalls = 0;
+  std::uint64_t aborted = 0;
+  std::uint64_t due_think_decodes = 0;
+  std::uint64_t output_slo_overruns = 0;  ///< steps predicted above output_tpot_budget_ms
+  std::uint64_t rejected_step_times = 0;
+};
+
+struct SchedulerOptions {
+  double think_tpot_budget_ms = 80.0;
+  double output_tpot_budget_ms = 20.0;
+  double think_batch_multiplier = 2.5;
+  std::uint32_t min_prefill_tokens_per_step = 256;
+  bool preemption_enabled = true;
+  double preempt_max_fraction = 0.125;
+  std::uint32_t preempt_readmit_guard_steps = 8;
+  bool fabric_offload = false;  ///< victims are offloaded instead of recomputed/swapped
+  std::uint32_t block_tokens = 16;
+  std::uint64_t total_kv_blocks = std::numeric_limits<std::uint64_t>::max();  ///< admission check
+  std::uint64_t think_kv_block_limit = std::numeric_limits<std::uint64_t>::max();
+
+  /// From [scheduler], [kv_memory] and [disagg]; total_kv_blocks is the
+  /// engine's block count (the think limit follows think_phase_memory_fraction).
+  static SchedulerOptions from_config(const MeridianConfig& config, std::uint64_t total_kv_blocks);
+};
+
+/// What the scheduler knows about one request (for tests, telemetry, adapters).
+struct RequestView {
+  enum class State : std::uint8_t { kWaiting, kRunning, kSwapped };
+  RequestId id = 0;
+  Phase phase = Phase::kThinkDecode;
+  State state = State::kWaiting;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t generated_tokens = 0;
+  std::uint32_t context_tokens = 0;  ///< tokens in KV
+  std::uint32_t preemptions = 0;
+  std::int64_t last_token_ns = 0;
+};
+
+class DualQueueScheduler {
+ public:
+  /// Throws std::invalid_argument naming the option on out-of-range options.
+  DualQueueScheduler(const SchedulerOptions& options, StepCostModel cost_model);
+  ~DualQueueScheduler();
+  DualQueueScheduler(DualQueueScheduler&&) noexcept;
+  DualQueueScheduler& operator=(DualQueueScheduler&&) noexcept;
+  DualQueueScheduler(const DualQueueScheduler&) = delete;
+  DualQueueScheduler& operator=(const DualQueueScheduler&) = delete;
+
+  /// Queues a request for prefill. Throws std::invalid_argument on a duplicate
+  /// id, prompt_tokens == 0, cached > prompt, phase kComplete, or a prompt
+  /// that can never fit in total_kv_blocks.
+  void add(const NewRequest& request);
+  /// Phase change from the router (ExitThink: think -> answer queue before the
+  /// next step). kComplete is finish(). Returns false for an unknown id.
+  bool set_phase(RequestId id, Phase phase);
+  /// The request ended (EOS, abort, length); its state is dropped.
+  bool finish(RequestId id);
+
+  /// Plans one step. `now_ns` is the engine clock at the step's start.
+  const StepPlan& schedule(const StepLimits& limits, std::int64_t now_ns);
+  /// Reports that the last plan ran and took `observed_ms`, ending at `end_ns`.
+  /// Items listed in `not_run` (e.g. their allocation failed) make no progress.
+  void complete_step(double observed_ms, std::int64_t end_ns, std::span<const RequestId> not_run = {});
+
+  [[nodiscard]] std::optional<RequestView> view(RequestId id) const;
+  [[nodiscard]] std::size_t size() const noexcept;
+  [[nodiscard]] const SchedulerCounters& counters() const noexcept;
+  [[nodiscard]] const StepCostModel& cost_model() const noexcept;
+  [[nodiscard]] const SchedulerOptions& options() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+[[nodiscard]] std::string_view to_string(WorkKind kind) noexcept;
+[[nodiscard]] std::string_view to_string(ReclaimMode mode) noexcept;
+
+}  // namespace meridian

@@ -1,0 +1,598 @@
+// The dual-queue step algorithm (ADR-0007) and phase-aware preemption
+// (ADR-0008). One pass per step over the queues it needs:
+//   1. answer-phase decode (mandatory; may preempt think, then answer victims)
+//   2. swap-ins of preempted answer-phase requests
+//   3. think decode that is due under the think TPOT guarantee (mandatory)
+//   4. more think decode, oldest-last-token first, up to the think cap and,
+//      while answers stream, the output TPOT ceiling (leaving the prefill floor)
+//   5. prefill of recompute victims, then new arrivals (FCFS, chunked), within
+//      the step ceiling but never less than min_prefill_tokens_per_step.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "meridian/scheduler.h"
+#include "scheduler/request_table.h"
+
+namespace meridian {
+
+using sched_detail::kNil;
+using sched_detail::Queue;
+using sched_detail::RequestTable;
+using sched_detail::Slot;
+
+SchedulerOptions SchedulerOptions::from_config(const MeridianConfig& config, std::uint64_t total_kv_blocks) {
+  SchedulerOptions o;
+  const SchedulerConfig& s = config.scheduler;
+  o.think_tpot_budget_ms = s.think_tpot_budget_ms;
+  o.output_tpot_budget_ms = s.output_tpot_budget_ms;
+  o.think_batch_multiplier = s.think_batch_multiplier;
+  o.min_prefill_tokens_per_step = s.min_prefill_tokens_per_step;
+  o.preemption_enabled = s.preemption_enabled;
+  o.preempt_max_fraction = s.preempt_max_fraction;
+  o.preempt_readmit_guard_steps = s.preempt_readmit_guard_steps;
+  o.fabric_offload = config.disagg.enabled && config.disagg.fabric != FabricKind::kNone;
+  o.block_tokens = config.kv_memory.block_tokens;
+  o.total_kv_blocks = total_kv_blocks;
+  o.think_kv_block_limit = static_cast<std::uint64_t>(
+      std::floor(config.kv_memory.think_phase_memory_fraction * static_cast<double>(total_kv_blocks)));
+  return o;
+}
+
+namespace {
+
+void check_options(const SchedulerOptions& o) {
+  auto fail = [](std::string_view field, const std::string& rule, double got) {
+    throw std::invalid_argument(fmt::format("{} must be {}; got {}", field, rule, got));
+  };
+  if (!(o.think_tpot_budget_ms > 0)) fail("scheduler.think_tpot_budget_ms", "> 0", o.think_tpot_budget_ms);
+  if (!(o.output_tpot_budget_ms > 0)) fail("scheduler.output_tpot_budget_ms", "> 0", o.output_tpot_budget_ms);
+  if (!(o.think_batch_multiplier >= 1)) {
+    fail("scheduler.think_batch_multiplier", ">= 1", o.think_batch_multiplier);
+  }
+  if (!(o.preempt_max_fraction > 0 && o.preempt_max_fraction <= 1)) {
+    fail("scheduler.preempt_max_fraction", "in (0, 1]", o.preempt_max_fraction);
+  }
+  if (o.block_tokens == 0) fail("kv_memory.block_tokens", ">= 1", 0);
+  if (o.total_kv_blocks == 0) fail("total_kv_blocks", ">= 1", 0);
+}
+
+constexpr std::uint64_t kMsToNs = 1'000'000;
+constexpr double kStepEwmaAlpha = 0.25;
+// The next step may carry up to this fraction more due work than this one.
+constexpr double kNextStepMargin = 0.5;
+
+}  // namespace
+
+struct DualQueueScheduler::Impl {
+  SchedulerOptions opt;
+  StepCostModel model;
+  RequestTable table;
+  StepPlan plan;
+  SchedulerCounters counters;
+  std::vector<std::uint32_t> plan_slots;        // slot of each work item
+  std::vector<std::uint32_t> plan_generations;  // its generation when planned
+  std::vector<std::uint32_t> chosen;            // preemption scratch
+  std::vector<std::uint32_t> to_abort;
+  std::uint64_t step = 0;
+  double recent_step_ms = 0;  // EWMA of observed step times
+  bool plan_pending = false;
+  std::uint64_t running_context = 0;  // sum of computed over the two running queues
+
+  // Per-step budget, reset by schedule().
+  std::uint64_t free_blocks = 0;
+  std::uint64_t free_think = 0;
+  std::uint32_t tokens_left = 0;
+  std::uint32_t seqs_left = 0;
+  std::uint32_t victims_left = 0;
+  std::uint64_t tok = 0;
+  std::uint64_t kv = 0;
+
+  Impl(const SchedulerOptions& o, StepCostModel m) : opt(o), model(m) {}
+
+  [[nodiscard]] std::uint32_t blocks_for(std::uint64_t tokens) const {
+    return static_cast<std::uint32_t>((tokens + opt.block_tokens - 1) / opt.block_tokens);
+  }
+  [[nodiscard]] std::uint32_t new_blocks(std::uint32_t context, std::uint32_t n) const {
+    return blocks_for(std::uint64_t{context} + n) - blocks_for(context);
+  }
+  // Blocks whose first token lies past the prompt, allocated while thinking.
+  [[nodiscard]] std::uint32_t new_think_blocks(const Slot& r, std::uint32_t context, std::uint32_t n) const {
+    if (r.phase != Phase::kThinkDecode) return 0;
+    const std::uint32_t lo = std::max(blocks_for(context), blocks_for(r.prompt));
+    const std::uint32_t hi = blocks_for(std::uint64_t{context} + n);
+    return hi > lo ? hi - lo : 0;
+  }
+  [[nodiscard]] std::uint32_t held_blocks(const Slot& r) const {
+    const std::uint32_t held = blocks_for(r.computed);
+    return held > r.shared_blocks ? held - r.shared_blocks : 0;
+  }
+  [[nodiscard]] bool in_batch(const Slot& r) const { return r.batch_step == step; }
+  [[nodiscard]] bool running(const Slot& r) const {
+    return r.queue == Queue::kOutputQueue || r.queue == Queue::kThinkQueue;
+  }
+
+  void emit(std::uint32_t s, WorkKind kind, std::uint32_t tokens, std::uint32_t nb, std::uint32_t ntb,
+            bool due, bool completes) {
+    Slot& r = table.at(s);
+    plan.work.push_back({r.id, kind, r.phase, tokens, r.computed, nb, ntb, due, completes});
+    plan_slots.push_back(s);
+    plan_generations.push_back(r.generation);
+    r.batch_step = step;
+    free_blocks -= nb;
+    free_think -= ntb;
+    --seqs_left;
+    tokens_left -= tokens;
+    tok += tokens;
+    kv += std::uint64_t{r.computed} + tokens;
+  }
+
+  // --- preemption (ADR-0008) -------------------------------------------------
+
+  // Anti-livelock: within a tier only younger requests are victims, so the
+  // oldest request of a tier can always make progress. Answer-phase
+  // requesters may take think-phase victims of any age.
+  [[nodiscard]] bool candidate(std::uint32_t s, std::uint32_t requester) const {
+    const Slot& r = table.at(s);
+    if (in_batch(r) || step < r.guard_until_step || r.computed == 0 || s == requester) return false;
+    const bool same_tier = r.phase == table.at(requester).phase;
+    return !same_tier || table.older(requester, s);
+  }
+
+  // Picks victims by tier (partial prefills and think first, answer last) then
+  // LRU, within the per-step cap, until the shortfall is covered. Preempts
+  // nobody unless the whole shortfall can be covered.
+  // Answer-phase victims are allowed only for a running answer-phase requester.
+  bool preempt_for(std::uint32_t requester, std::uint64_t need, std::uint64_t need_think,
+                   bool answer_victims) {
+    if (!opt.preemption_enabled || victims_left == 0) return false;
+    std::uint64_t got = free_blocks;
+    std::uint64_t got_think = free_think;
+    chosen.clear();
+    auto satisfied = [&] { return got >= need && got_think >= need_think; };
+    auto scan = [&](std::uint8_t q, bool prefix_only) {
+      for (std::uint32_t s = table.front(q); s != kNil && !satisfied() && chosen.size() < victims_left;
+           s = table.at(s).next) {
+        const Slot& r = table.at(s);
+        if (prefix_only && r.computed == 0) break;  // partial prefills are a prefix (FCFS)
+        if (!candidate(s, requester)) continue;
+        // A victim that frees nothing the shortfall needs would only waste the
+        // cap. While ThinkActive blocks are short, only their holders help
+        // (their blocks count toward both shortfalls).
+        const bool helps = got_think < need_think ? r.think_blocks > 0 : held_blocks(r) > 0;
+        if (!helps) continue;
+        chosen.push_back(s);
+        got += held_blocks(r);
+        got_think += r.think_blocks;
+      }
+    };
+    scan(Queue::kResumeQueue, true);
+    scan(Queue::kWaitQueue, true);
+    scan(Queue::kThinkQueue, false);
+    if (answer_victims) scan(Queue::kOutputQueue, false);
+    if (!satisfied()) return false;
+    for (std::uint32_t s : chosen) preempt(s);
+    return true;
+  }
+
+  void preempt(std::uint32_t s) {
+    Slot& r = table.at(s);
+    const bool was_running = running(r);
+    const bool keeps_kv = was_running && (opt.fabric_offload || r.phase == Phase::kOutputDecode);
+    const ReclaimMode mode = opt.fabric_offload && was_running ? ReclaimMode::kOffload
+                             : keeps_kv                        ? ReclaimMode::kSwap
+                                                               : ReclaimMode::kRecompute;
+    const std::uint32_t held = held_blocks(r);
+    free_blocks += held;
+    free_think += r.think_blocks;
+    if (was_running) running_context -= r.computed;
+    ++r.preemptions;
+    plan.preemptions.push_back({r.id, r.phase, mode, held, r.preemptions});
+    ++counters.preemptions[static_cast<std::size_t>(mode)];
+    ++(r.phase == Phase::kOutputDecode ? counters.preempted_output : counters.preempted_think);
+    --victims_left;
+    if (keeps_kv) {
+      table.push_back(Queue::kSwapQueue, s);
+      return;
+    }
+    r.target = r.prompt + r.generated;
+    r.computed = 0;
+    r.shared_blocks = 0;
+    r.think_blocks = 0;
+    table.insert_by_arrival(Queue::kResumeQueue, s);
+  }
+
+  // --- the step --------------------------------------------------------------
+
+  // Schedules one decode; mandatory work may preempt. Returns whether it ran.
+  bool try_decode(std::uint32_t s, bool mandatory, bool due) {
+    Slot& r = table.at(s);
+    const std::uint32_t nb = new_blocks(r.computed, 1);
+    const std::uint32_t ntb = new_think_blocks(r, r.computed, 1);
+    const bool answer = r.phase == Phase::kOutputDecode;
+    if ((nb > free_blocks || ntb > free_think) && !(mandatory && preempt_for(s, nb, ntb, answer))) {
+      stall(r, nb, ntb);
+      return false;
+    }
+    emit(s, WorkKind::kDecode, 1, nb, ntb, due, false);
+    return true;
+  }
+
+  void stall(Slot& r, std::uint32_t nb, std::uint32_t ntb) {
+    r.stalled_step = step;
+    ++plan.stats.stalled;
+    ++counters.stalls;
+    // Alone it can never fit: waiting would hang forever, so it is ended.
+    const bool never_fits = std::uint64_t{blocks_for(r.computed)} + nb > opt.total_kv_blocks ||
+                            std::uint64_t{r.think_blocks} + ntb > opt.think_kv_block_limit;
+    if (never_fits) to_abort.push_back(table.find(r.id));
+  }
+
+  void decode_outputs() {
+    for (std::uint32_t s = table.front(Queue::kOutputQueue); s != kNil; s = table.at(s).next) {
+      if (seqs_left == 0 || tokens_left == 0) return;
+      try_decode(s, true, false);
+    }
+  }
+
+  void swap_in() {
+    for (std::uint32_t s = table.front(Queue::kSwapQueue); s != kNil;) {
+      Slot& r = table.at(s);
+      const std::uint32_t next = r.next;
+      if (seqs_left == 0 || tokens_left == 0) return;
+      const std::uint32_t nb = blocks_for(r.computed) + new_blocks(r.computed, 1);
+      const std::uint32_t ntb = r.think_blocks + new_think_blocks(r, r.computed, 1);
+      if ((nb > free_blocks || ntb > free_think) && !preempt_for(s, nb, ntb, false)) return;  // FIFO
+      emit(s, WorkKind::kSwapIn, 1, nb, ntb, false, false);
+      running_context += r.computed;
+      r.guard_until_step = step + std::uint64_t{opt.preempt_readmit_guard_steps} * r.preemptions;
+      table.push_back(r.phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue, s);
+      s = next;
+    }
+  }
+
+  // A think request skipped now is next served at the end of the next step
+  // at the latest: it is due when its wait plus this step and the next (with
+  // a margin for the next carrying more due work) would pass the think budget.
+  // A step is estimated as the largest of the recent step time, this step's
+  // ceiling, and what is planned so far plus this decode and the prefill
+  // floor, so work that the rest of the step adds is already paid for. Due
+  // requests form a prefix of the think queue (it is ordered by last token).
+  // Returns the first slot that is not due.
+  std::uint32_t decode_due_think(std::int64_t now_ns, double floor_ms, std::uint32_t floor_tokens) {
+    const double budget_ms = opt.think_tpot_budget_ms;
+    std::uint32_t s = table.front(Queue::kThinkQueue);
+    for (; s != kNil; s = table.at(s).next) {
+      const Slot& r = table.at(s);
+      const double waited_ms = static_cast<double>(now_ns - r.last_token_ns) / static_cast<double>(kMsToNs);
+      const double step_ms =
+          std::max(floor_ms, model.predict_ms(tok + 1 + floor_tokens, kv + r.computed + 1 + floor_tokens));
+      // A request that found no KV block last step is due too: it may now
+      // preempt, so memory pressure cannot park it (and the engine) forever.
+      const bool starved = r.stalled_step != 0 && r.stalled_step + 1 == step;
+      if (!starved && waited_ms + (2 + kNextStepMargin) * step_ms <= budget_ms) break;
+      if (seqs_left == 0 || tokens_left == 0) return kNil;
+      if (try_decode(s, true, true)) {
+        ++plan.stats.due_think;
+        ++counters.due_think_decodes;
+      }
+    }
+    return s;
+  }
+
+  // Largest chunk <= want whose blocks fit the free and think allowances.
+  [[nodiscard]] std::uint32_t fit_chunk(const Slot& r, std::uint32_t want) const {
+    const std::uint64_t c = r.computed;
+    const std::uint64_t bt = opt.block_tokens;
+    // With `allowed` blocks beyond block `first`, tokens up to (first + allowed) * bt fit.
+    // Both products stay below 2^34 once `allowed` is capped at what `want` could use.
+    auto limit = [&](std::uint64_t first, std::uint64_t allowed) {
+      if (allowed > want / bt + 1) return std::uint64_t{want};
+      const std::uint64_t end = (first + allowed) * bt;
+      return end > c ? end - c : 0;
+    };
+    std::uint64_t cap = limit(blocks_for(c), free_blocks);
+    if (r.phase == Phase::kThinkDecode) {
+      cap = std::min(cap, limit(std::max(blocks_for(c), blocks_for(r.prompt)), free_think));
+    }
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(want, cap));
+  }
+
+  void prefill(double ceiling_ms) {
+    const StepCostCoefficients k = model.coefficients();
+    const double per_token_ms = k.per_token_ms + k.per_kv_token_us * 1e-3;
+    const double room_ms = ceiling_ms - model.predict_ms(tok, kv);
+    double fit = per_token_ms > 0 ? std::floor(std::max(room_ms, 0.0) / per_token_ms) : 1e18;
+    fit = std::max(fit, static_cast<double>(opt.min_prefill_tokens_per_step));
+    std::uint32_t budget = static_cast<std::uint32_t>(std::min(fit, static_cast<double>(tokens_left)));
+    for (std::uint8_t q : {std::uint8_t{Queue::kResumeQueue}, std::uint8_t{Queue::kWaitQueue}}) {
+      for (std::uint32_t s = table.front(q); s != kNil; s = table.at(s).next) {
+        if (budget == 0 || seqs_left == 0) return;
+        Slot& r = table.at(s);
+        const std::uint32_t remaining = r.target - r.computed;
+        const std::uint32_t want = std::min(remaining, budget);
+        std::uint32_t chunk = fit_chunk(r, want);
+        // The oldest preempted request, starved of blocks since last step, may
+        // preempt younger requests: re-admission cannot be blocked forever.
+        if (chunk == 0 && q == Queue::kResumeQueue && s == table.front(q) && r.stalled_step != 0 &&
+            r.stalled_step + 1 == step &&
+            preempt_for(s, new_blocks(r.computed, want), new_think_blocks(r, r.computed, want),
+                        r.phase == Phase::kOutputDecode)) {
+          chunk = fit_chunk(r, want);
+        }
+        if (chunk == 0) {  // FCFS: nobody overtakes a request that does not fit
+          r.stalled_step = step;
+          return;
+        }
+        emit(s, WorkKind::kPrefill, chunk, new_blocks(r.computed, chunk),
+             new_think_blocks(r, r.computed, chunk), false, chunk == remaining);
+        ++plan.stats.prefill_requests;
+        plan.stats.prefill_tokens += chunk;
+        budget -= chunk;
+        if (chunk < remaining) return;
+      }
+    }
+  }
+
+  // Leaves `reserve_tokens` (and one sequence slot) for the prefill floor.
+  void decode_optional_think(std::uint32_t from, bool output_active, double ceiling_ms,
+                             std::uint32_t think_cap, std::uint32_t reserve_tokens) {
+    const std::uint32_t reserve_seqs = reserve_tokens > 0 ? 1 : 0;
+    for (std::uint32_t s = from; s != kNil; s = table.at(s).next) {
+      if (plan.stats.think_batch >= think_cap || seqs_left <= reserve_seqs || tokens_left <= reserve_tokens) {
+        return;
+      }
+      const Slot& r = table.at(s);
+      if (output_active && model.predict_ms(tok + 1, kv + r.computed + 1) > ceiling_ms) return;
+      if (try_decode(s, false, false)) ++plan.stats.think_batch;
+    }
+  }
+
+  void finalize() {
+    StepStats& st = plan.stats;
+    for (std::size_t i = 0; i < plan.work.size(); ++i) {
+      const ScheduledWork& w = plan.work[i];
+      if (w.kind == WorkKind::kPrefill) continue;
+      const std::uint32_t s = plan_slots[i];
+      table.push_back(table.at(s).queue, s);  // round robin: served -> back of its queue
+      if (w.phase == Phase::kOutputDecode) ++st.output_batch;
+    }
+    for (std::uint32_t s : to_abort) {
+      if (table.at(s).batch_step == step) continue;  // ran after all (a later preemption freed room)
+      plan.aborted.push_back(table.at(s).id);
+      ++counters.aborted;
+      drop(s);
+    }
+    to_abort.clear();
+    st.total_tokens = tok;
+    st.kv_tokens = kv;
+    st.predicted_step_ms = model.predict_ms(tok, kv);
+    if (st.output_slo_bound && st.predicted_step_ms > opt.output_tpot_budget_ms) {
+      ++counters.output_slo_overruns;
+    }
+    counters.scheduled_tokens += tok;
+  }
+
+  void drop(std::uint32_t s) {
+    const Slot& r = table.at(s);
+    if (running(r)) running_context -= r.computed;
+    table.destroy(s);
+  }
+
+  // B_o: decodes that fit output_tpot_budget_ms at the mean running context.
+  [[nodiscard]] std::uint32_t output_batch_budget(std::uint32_t running_count, std::uint32_t max_seqs) const {
+    const StepCostCoefficients k = model.coefficients();
+    const double ctx = running_count == 0 ? 0.0 : static_cast<double>(running_context) / running_count;
+    const double per_seq_ms = k.per_token_ms + k.per_kv_token_us * 1e-3 * (ctx + 1);
+    const double room = opt.output_tpot_budget_ms - k.base_ms;
+    const double n = per_seq_ms > 0 ? std::floor(room / per_seq_ms) : static_cast<double>(max_seqs);
+    return static_cast<std::uint32_t>(std::clamp(n, 1.0, static_cast<double>(std::max(max_seqs, 1U))));
+  }
+
+  const StepPlan& schedule(const StepLimits& limits, std::int64_t now_ns) {
+    ++step;
+    ++counters.steps;
+    plan.step = step;
+    plan.work.clear();
+    plan.preemptions.clear();
+    plan.aborted.clear();
+    plan.stats = StepStats{};
+    plan_slots.clear();
+    plan_generations.clear();
+    free_blocks = limits.free_kv_blocks;
+    free_think = limits.free_think_kv_blocks;
+    tokens_left = limits.token_budget;
+    seqs_left = limits.max_sequences;
+    tok = kv = 0;
+
+    StepStats& st = plan.stats;
+    st.output_queue_depth = table.depth(Queue::kOutputQueue);
+    st.think_queue_depth = table.depth(Queue::kThinkQueue);
+    st.waiting_depth = table.depth(Queue::kWaitQueue) + table.depth(Queue::kResumeQueue);
+    st.swapped_depth = table.depth(Queue::kSwapQueue);
+    const std::uint32_t running_count = st.output_queue_depth + st.think_queue_depth;
+    victims_left =
+        opt.preemption_enabled
+            ? std::max(1U, static_cast<std::uint32_t>(std::floor(opt.preempt_max_fraction * running_count)))
+            : 0;
+    const bool output_active = st.output_queue_depth > 0 || st.swapped_depth > 0;
+    st.output_slo_bound = output_active;
+    st.output_batch_budget = output_batch_budget(running_count, limits.max_sequences);
+    st.think_batch_cap = static_cast<std::uint32_t>(
+        std::max(1.0, std::floor(opt.think_batch_multiplier * st.output_batch_budget)));
+    // Without answers, steps stay short enough that a think request may be
+    // skipped at least once: two steps (plus margin) within half the budget.
+    st.step_ceiling_ms =
+        output_active ? opt.output_tpot_budget_ms : opt.think_tpot_budget_ms / (2 * (2 + kNextStepMargin));
+
+    decode_outputs();
+    swap_in();
+    const bool waiting = st.waiting_depth > 0;
+    const std::uint32_t floor_tokens = waiting ? std::min(opt.min_prefill_tokens_per_step, tokens_left) : 0;
+    // No step of this plan can be longer than one holding every running
+    // request plus the prefill floor, or the ceiling: bound S by it too.
+    const double full_step_ms = model.predict_ms(std::uint64_t{running_count} + floor_tokens,
+                                                 running_context + running_count + floor_tokens);
+    const std::uint32_t cursor =
+        decode_due_think(now_ns, std::max({st.step_ceiling_ms, recent_step_ms, full_step_ms}), floor_tokens);
+    st.think_batch = st.due_think;
+    decode_optional_think(cursor, output_active, st.step_ceiling_ms, st.think_batch_cap, floor_tokens);
+    prefill(st.step_ceiling_ms);
+    finalize();
+    plan_pending = true;
+    return plan;
+  }
+
+  void complete(double observed_ms, std::int64_t end_ns, std::span<const RequestId> not_run) {
+    if (!plan_pending) return;
+    plan_pending = false;
+    if (!model.observe(plan.stats.total_tokens, plan.stats.kv_tokens, observed_ms)) {
+      ++counters.rejected_step_times;
+    }
+    const double took =
+        std::isfinite(observed_ms) && observed_ms > 0 ? observed_ms : plan.stats.predicted_step_ms;
+    // Smoothed so one long step (a big prefill) does not make every think request due.
+    recent_step_ms = recent_step_ms == 0 ? took : recent_step_ms + kStepEwmaAlpha * (took - recent_step_ms);
+    for (std::size_t i = 0; i < plan.work.size(); ++i) {
+      const ScheduledWork& w = plan.work[i];
+      const std::uint32_t s = plan_slots[i];
+      Slot& r = table.at(s);
+      if (r.generation != plan_generations[i]) continue;  // finished or reused meanwhile
+      if (std::find(not_run.begin(), not_run.end(), w.id) != not_run.end()) continue;
+      if (r.phase == Phase::kThinkDecode) r.think_blocks += w.new_think_blocks;
+      r.computed += w.tokens;
+      if (w.kind != WorkKind::kPrefill) {
+        ++r.generated;
+        r.last_token_ns = end_ns;
+        if (running(r)) running_context += w.tokens;
+        continue;
+      }
+      if (r.computed < r.target) continue;
+      ++r.generated;  // the chunk that completes prefill samples a token
+      r.last_token_ns = end_ns;
+      r.guard_until_step = step + std::uint64_t{opt.preempt_readmit_guard_steps} * r.preemptions;
+      running_context += r.computed;
+      table.push_back(r.phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue, s);
+    }
+  }
+};
+
+DualQueueScheduler::DualQueueScheduler(const SchedulerOptions& options, StepCostModel cost_model) {
+  check_options(options);
+  impl_ = std::make_unique<Impl>(options, cost_model);
+}
+
+DualQueueScheduler::~DualQueueScheduler() = default;
+DualQueueScheduler::DualQueueScheduler(DualQueueScheduler&&) noexcept = default;
+DualQueueScheduler& DualQueueScheduler::operator=(DualQueueScheduler&&) noexcept = default;
+
+void DualQueueScheduler::add(const NewRequest& request) {
+  Impl& m = *impl_;
+  if (m.table.find(request.id) != kNil) {
+    throw std::invalid_argument(fmt::format("request {} is already scheduled", request.id));
+  }
+  if (request.prompt_tokens == 0) {
+    throw std::invalid_argument(fmt::format("request {}: prompt_tokens must be >= 1", request.id));
+  }
+  if (request.cached_prompt_tokens > request.prompt_tokens) {
+    throw std::invalid_argument(fmt::format("request {}: cached_prompt_tokens {} exceeds prompt_tokens {}",
+                                            request.id, request.cached_prompt_tokens, request.prompt_tokens));
+  }
+  if (request.phase == Phase::kComplete) {
+    throw std::invalid_argument(fmt::format("request {}: cannot add a completed request", request.id));
+  }
+  const std::uint64_t need = std::uint64_t{m.blocks_for(request.prompt_tokens)} + 1;
+  if (need > m.opt.total_kv_blocks) {
+    throw std::invalid_argument(
+        fmt::format("request {}: a {}-token prompt needs {} KV blocks; the capacity is {}", request.id,
+                    request.prompt_tokens, need, m.opt.total_kv_blocks));
+  }
+  const std::uint32_t s = m.table.create(request.id);
+  Slot& r = m.table.at(s);
+  r.phase = request.phase == Phase::kOutputDecode ? Phase::kOutputDecode : Phase::kThinkDecode;
+  r.prompt = request.prompt_tokens;
+  r.target = request.prompt_tokens;
+  // At least one prompt token is always computed: it produces the first logits.
+  r.computed = std::min(request.cached_prompt_tokens, request.prompt_tokens - 1);
+  r.shared_blocks = r.computed / m.opt.block_tokens;
+  r.arrival_ns = request.arrival_ns;
+  r.last_token_ns = request.arrival_ns;
+  m.table.push_back(Queue::kWaitQueue, s);
+}
+
+bool DualQueueScheduler::set_phase(RequestId id, Phase phase) {
+  Impl& m = *impl_;
+  if (phase == Phase::kComplete) return finish(id);
+  const std::uint32_t s = m.table.find(id);
+  if (s == kNil) return false;
+  Slot& r = m.table.at(s);
+  // Phases only move forward; the only transition the scheduler acts on is ExitThink.
+  if (phase != Phase::kOutputDecode || r.phase == Phase::kOutputDecode) return true;
+  r.phase = Phase::kOutputDecode;
+  r.think_blocks = 0;  // demoted to ThinkComplete: no longer under the think cap
+  // Served first on the very next step, ahead of answers already streaming.
+  if (r.queue == Queue::kThinkQueue) m.table.push_front(Queue::kOutputQueue, s);
+  return true;
+}
+
+bool DualQueueScheduler::finish(RequestId id) {
+  Impl& m = *impl_;
+  const std::uint32_t s = m.table.find(id);
+  if (s == kNil) return false;
+  m.drop(s);
+  return true;
+}
+
+const StepPlan& DualQueueScheduler::schedule(const StepLimits& limits, std::int64_t now_ns) {
+  return impl_->schedule(limits, now_ns);
+}
+
+void DualQueueScheduler::complete_step(double observed_ms, std::int64_t end_ns,
+                                       std::span<const RequestId> not_run) {
+  impl_->complete(observed_ms, end_ns, not_run);
+}
+
+std::optional<RequestView> DualQueueScheduler::view(RequestId id) const {
+  const std::uint32_t s = impl_->table.find(id);
+  if (s == kNil) return std::nullopt;
+  const Slot& r = impl_->table.at(s);
+  RequestView v;
+  v.id = r.id;
+  v.phase = r.phase;
+  v.state = impl_->running(r)              ? RequestView::State::kRunning
+            : r.queue == Queue::kSwapQueue ? RequestView::State::kSwapped
+                                           : RequestView::State::kWaiting;
+  v.prompt_tokens = r.prompt;
+  v.generated_tokens = r.generated;
+  v.context_tokens = r.computed;
+  v.preemptions = r.preemptions;
+  v.last_token_ns = r.last_token_ns;
+  return v;
+}
+
+std::size_t DualQueueScheduler::size() const noexcept { return impl_->table.size(); }
+const SchedulerCounters& DualQueueScheduler::counters() const noexcept { return impl_->counters; }
+const StepCostModel& DualQueueScheduler::cost_model() const noexcept { return impl_->model; }
+const SchedulerOptions& DualQueueScheduler::options() const noexcept { return impl_->opt; }
+
+std::string_view to_string(WorkKind kind) noexcept {
+  switch (kind) {
+    case WorkKind::kDecode: return "decode";
+    case WorkKind::kPrefill: return "prefill";
+    case WorkKind::kSwapIn: return "swap_in";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(ReclaimMode mode) noexcept {
+  switch (mode) {
+    case ReclaimMode::kRecompute: return "recompute";
+    case ReclaimMode::kSwap: return "swap";
+    case ReclaimMode::kOffload: return "offload";
+  }
+  return "unknown";
+}
+
+}  // namespace meridian

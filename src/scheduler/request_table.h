@@ -1,0 +1,166 @@
+// The scheduler's per-request state: a dense slot array, an id -> slot index,
+// and intrusive queues over slot indices. Each live slot is in exactly one
+// queue, so moving a request between queues (ExitThink, preemption, admission)
+// is O(1) and a step walks only the queues it needs.
+//
+// Thread-safety: none (owned by DualQueueScheduler::Impl).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <absl/container/flat_hash_map.h>
+
+#include "meridian/phase.h"
+
+namespace meridian::sched_detail {
+
+inline constexpr std::uint32_t kNil = std::numeric_limits<std::uint32_t>::max();
+
+/// Queues, each ordered front (oldest) to back (most recent).
+enum Queue : std::uint8_t {
+  kOutputQueue = 0,  ///< running, answer phase; ordered by last token
+  kThinkQueue = 1,   ///< running, think phase; ordered by last token (round robin)
+  kResumeQueue = 2,  ///< recompute victims waiting for re-prefill (ahead of new arrivals)
+  kWaitQueue = 3,    ///< new arrivals waiting for (chunked) prefill, FCFS
+  kSwapQueue = 4,    ///< answer-phase victims whose KV is on the host
+  kQueueCount = 5,
+  kNoQueue = 0xff,
+};
+
+struct Slot {
+  RequestId id = 0;
+  std::int64_t arrival_ns = 0;
+  std::int64_t last_token_ns = 0;
+  std::uint64_t batch_step = std::numeric_limits<std::uint64_t>::max();  ///< step it was planned in
+  std::uint64_t guard_until_step = 0;  ///< not a preemption victim before this step
+  std::uint64_t stalled_step = 0;      ///< last step it was runnable but got no KV block
+  std::uint32_t prompt = 0;
+  std::uint32_t generated = 0;
+  std::uint32_t computed = 0;       ///< tokens in KV
+  std::uint32_t target = 0;         ///< prefill target (prompt, or prompt + generated on recompute)
+  std::uint32_t shared_blocks = 0;  ///< prefix-cache blocks that preemption would not free
+  std::uint32_t think_blocks = 0;   ///< live ThinkActive blocks (count toward the think cap)
+  std::uint32_t preemptions = 0;
+  std::uint32_t generation = 0;  ///< bumped when the slot is reused
+  std::uint32_t prev = kNil;
+  std::uint32_t next = kNil;
+  Phase phase = Phase::kThinkDecode;
+  std::uint8_t queue = kNoQueue;
+};
+
+class RequestTable {
+ public:
+  [[nodiscard]] Slot& at(std::uint32_t s) { return slots_[s]; }
+  [[nodiscard]] const Slot& at(std::uint32_t s) const { return slots_[s]; }
+  [[nodiscard]] std::uint32_t find(RequestId id) const {
+    auto it = index_.find(id);
+    return it == index_.end() ? kNil : it->second;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return index_.size(); }
+  [[nodiscard]] std::uint32_t front(std::uint8_t q) const { return heads_[q].head; }
+  [[nodiscard]] std::uint32_t depth(std::uint8_t q) const { return heads_[q].size; }
+
+  /// New slot for `id` (caller checked it is absent); not in any queue yet.
+  std::uint32_t create(RequestId id) {
+    std::uint32_t s;
+    if (!free_.empty()) {
+      s = free_.back();
+      free_.pop_back();
+    } else {
+      s = static_cast<std::uint32_t>(slots_.size());
+      slots_.emplace_back();
+    }
+    const std::uint32_t generation = slots_[s].generation + 1;
+    slots_[s] = Slot{};
+    slots_[s].id = id;
+    slots_[s].generation = generation;
+    index_.emplace(id, s);
+    return s;
+  }
+
+  void destroy(std::uint32_t s) {
+    unlink(s);
+    index_.erase(slots_[s].id);
+    ++slots_[s].generation;
+    free_.push_back(s);
+  }
+
+  void push_back(std::uint8_t q, std::uint32_t s) {
+    unlink(s);
+    Head& h = heads_[q];
+    Slot& slot = slots_[s];
+    slot.prev = h.tail;
+    slot.next = kNil;
+    (h.tail == kNil ? h.head : slots_[h.tail].next) = s;
+    h.tail = s;
+    ++h.size;
+    slot.queue = q;
+  }
+
+  void push_front(std::uint8_t q, std::uint32_t s) {
+    unlink(s);
+    Head& h = heads_[q];
+    Slot& slot = slots_[s];
+    slot.prev = kNil;
+    slot.next = h.head;
+    (h.head == kNil ? h.tail : slots_[h.head].prev) = s;
+    h.head = s;
+    ++h.size;
+    slot.queue = q;
+  }
+
+  /// Inserts keeping `q` ordered by (arrival, id): recompute victims are
+  /// re-admitted oldest first.
+  void insert_by_arrival(std::uint8_t q, std::uint32_t s) {
+    unlink(s);
+    std::uint32_t after = heads_[q].tail;
+    while (after != kNil && older(s, after)) after = slots_[after].prev;
+    if (after == kNil) {
+      push_front(q, s);
+      return;
+    }
+    Head& h = heads_[q];
+    Slot& slot = slots_[s];
+    slot.prev = after;
+    slot.next = slots_[after].next;
+    (slot.next == kNil ? h.tail : slots_[slot.next].prev) = s;
+    slots_[after].next = s;
+    ++h.size;
+    slot.queue = q;
+  }
+
+  /// Priority order: earlier arrival first, then lower id.
+  [[nodiscard]] bool older(std::uint32_t a, std::uint32_t b) const {
+    const Slot& x = slots_[a];
+    const Slot& y = slots_[b];
+    return x.arrival_ns != y.arrival_ns ? x.arrival_ns < y.arrival_ns : x.id < y.id;
+  }
+
+  void unlink(std::uint32_t s) {
+    Slot& slot = slots_[s];
+    if (slot.queue == kNoQueue) return;
+    Head& h = heads_[slot.queue];
+    (slot.prev == kNil ? h.head : slots_[slot.prev].next) = slot.next;
+    (slot.next == kNil ? h.tail : slots_[slot.next].prev) = slot.prev;
+    --h.size;
+    slot.prev = slot.next = kNil;
+    slot.queue = kNoQueue;
+  }
+
+ private:
+  struct Head {
+    std::uint32_t head = kNil;
+    std::uint32_t tail = kNil;
+    std::uint32_t size = 0;
+  };
+
+  std::vector<Slot> slots_;
+  std::vector<std::uint32_t> free_;
+  absl::flat_hash_map<RequestId, std::uint32_t> index_;
+  std::array<Head, kQueueCount> heads_{};
+};
+
+}  // namespace meridian::sched_detail

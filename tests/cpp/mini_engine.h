@@ -1,0 +1,182 @@
+// A small deterministic engine loop for tests: drives the real DualQueueScheduler
+// and KvBlockManager the way an engine does (schedule, carry out preemptions,
+// allocate blocks, advance a simulated clock by the step-cost model, report
+// tokens and phase changes). The replay simulator (apps) is the full version;
+// this one exists so scheduler and block-manager properties can be checked
+// together without it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "meridian/kv_block_manager.h"
+#include "meridian/scheduler.h"
+
+namespace meridian::testing {
+
+struct MiniRequest {
+  RequestId id = 0;
+  std::uint32_t prompt = 16;
+  std::uint32_t think = 8;  ///< think tokens (0 = thinking disabled)
+  std::uint32_t answer = 8;
+  std::int64_t arrival_ns = 0;
+};
+
+struct MiniRequestStats {
+  std::uint32_t tokens = 0;
+  bool finished = false;
+  bool aborted = false;
+  std::int64_t last_token_ns = -1;
+  std::int64_t max_think_gap_ns = 0;
+  std::int64_t max_answer_gap_ns = 0;
+  std::uint64_t last_token_step = 0;
+  std::uint64_t max_answer_gap_steps = 0;
+  std::uint32_t preemptions = 0;
+};
+
+class MiniEngine {
+ public:
+  MiniEngine(const SchedulerOptions& sched, const StepCostCoefficients& truth,
+             const KvBlockManagerOptions& kv, StepLimits limits, bool learn = false)
+      : truth_(truth, false, 1.0),
+        scheduler_(sched, StepCostModel(truth, learn, 0.98)),
+        blocks_(kv),
+        limits_(limits) {}
+
+  void submit(const MiniRequest& r) {
+    auto at = std::upper_bound(pending_.begin(), pending_.end(), r.arrival_ns,
+                               [](std::int64_t t, const MiniRequest& x) { return t < x.arrival_ns; });
+    pending_.insert(at, r);
+    specs_[r.id] = r;
+  }
+
+  /// One engine step. Returns false when nothing is left to do.
+  bool step() {
+    admit();
+    if (scheduler_.size() == 0) {
+      if (pending_.empty()) return false;
+      now_ns_ = std::max(now_ns_, pending_.front().arrival_ns);
+      admit();
+    }
+    const KvBlockUsage u = blocks_.usage();
+    StepLimits limits = limits_;
+    limits.free_kv_blocks = u.allocatable_blocks;
+    limits.free_think_kv_blocks = u.think_headroom();
+    const StepPlan& plan = scheduler_.schedule(limits, now_ns_);
+    ++steps_;
+    for (const Preemption& p : plan.preemptions) {
+      const ReleaseKind kind = p.mode == ReclaimMode::kRecompute ? ReleaseKind::kRecompute
+                               : p.mode == ReclaimMode::kSwap    ? ReleaseKind::kSwap
+                                                                 : ReleaseKind::kOffload;
+      blocks_.release(p.id, kind, p.phase == Phase::kOutputDecode);
+      ++stats_[p.id].preemptions;
+    }
+    for (RequestId id : plan.aborted) {
+      blocks_.release(id, ReleaseKind::kAbort);
+      stats_[id].aborted = true;
+    }
+    std::vector<RequestId> not_run;
+    for (const ScheduledWork& w : plan.work) {
+      const std::uint32_t oc = w.new_blocks - w.new_think_blocks;
+      const bool ok = blocks_.allocate(w.id, BlockTier::kOutputCritical, oc).ok() &&
+                      blocks_.allocate(w.id, BlockTier::kThinkActive, w.new_think_blocks).ok();
+      if (!ok) {
+        ++allocation_failures_;
+        not_run.push_back(w.id);
+      }
+    }
+    if (plan.work.empty()) {
+      ++idle_steps_;
+      // Nothing runnable: jump to the next arrival if there is one.
+      // An empty step still takes the engine's fixed step time.
+      const double ms = truth_.predict_ms(0, 0);
+      now_ns_ += static_cast<std::int64_t>(ms * 1e6);
+      if (!pending_.empty()) now_ns_ = std::max(now_ns_, pending_.front().arrival_ns);
+      scheduler_.complete_step(ms, now_ns_, {});
+      return true;
+    }
+    const double ms = truth_.predict_ms(plan.stats.total_tokens, plan.stats.kv_tokens);
+    now_ns_ += static_cast<std::int64_t>(ms * 1e6);
+    last_plan_ = plan;
+    scheduler_.complete_step(ms, now_ns_, not_run);
+    for (const ScheduledWork& w : last_plan_.work) {
+      if (std::find(not_run.begin(), not_run.end(), w.id) != not_run.end()) continue;
+      if (w.kind == WorkKind::kPrefill && !w.completes_prefill) continue;
+      on_token(w.id);
+    }
+    return true;
+  }
+
+  /// Runs until every submitted request finished or `max_steps` passed.
+  bool run(std::uint64_t max_steps) {
+    while (steps_ < max_steps) {
+      if (!step()) return true;
+    }
+    return false;
+  }
+
+  [[nodiscard]] const std::map<RequestId, MiniRequestStats>& stats() const { return stats_; }
+  [[nodiscard]] const DualQueueScheduler& scheduler() const { return scheduler_; }
+  [[nodiscard]] const KvBlockManager& blocks() const { return blocks_; }
+  [[nodiscard]] const StepPlan& last_plan() const { return last_plan_; }
+  [[nodiscard]] std::uint64_t steps() const { return steps_; }
+  [[nodiscard]] std::uint64_t idle_steps() const { return idle_steps_; }
+  [[nodiscard]] std::uint64_t allocation_failures() const { return allocation_failures_; }
+  [[nodiscard]] std::int64_t now_ns() const { return now_ns_; }
+
+ private:
+  void admit() {
+    while (!pending_.empty() && pending_.front().arrival_ns <= now_ns_) {
+      const MiniRequest& r = pending_.front();
+      scheduler_.add(
+          {r.id, r.think > 0 ? Phase::kThinkDecode : Phase::kOutputDecode, r.prompt, 0, r.arrival_ns});
+      stats_[r.id];
+      pending_.erase(pending_.begin());
+    }
+  }
+
+  void on_token(RequestId id) {
+    const MiniRequest& spec = specs_[id];
+    MiniRequestStats& st = stats_[id];
+    const bool thinking = st.tokens < spec.think;
+    if (st.last_token_ns >= 0) {
+      const std::int64_t gap = now_ns_ - st.last_token_ns;
+      if (thinking) {
+        st.max_think_gap_ns = std::max(st.max_think_gap_ns, gap);
+      } else if (st.tokens > spec.think) {
+        st.max_answer_gap_ns = std::max(st.max_answer_gap_ns, gap);
+        st.max_answer_gap_steps = std::max(st.max_answer_gap_steps, steps_ - st.last_token_step);
+      }
+    }
+    st.last_token_ns = now_ns_;
+    st.last_token_step = steps_;
+    ++st.tokens;
+    if (spec.think > 0 && st.tokens == spec.think) {
+      scheduler_.set_phase(id, Phase::kOutputDecode);
+      blocks_.demote_think_blocks(id);
+    }
+    if (st.tokens == spec.think + spec.answer) {
+      st.finished = true;
+      scheduler_.finish(id);
+      blocks_.release(id, ReleaseKind::kFinished);
+    }
+  }
+
+  StepCostModel truth_;
+  DualQueueScheduler scheduler_;
+  KvBlockManager blocks_;
+  StepLimits limits_;
+  std::vector<MiniRequest> pending_;  // sorted by arrival
+  std::map<RequestId, MiniRequest> specs_;
+  std::map<RequestId, MiniRequestStats> stats_;
+  StepPlan last_plan_;
+  std::int64_t now_ns_ = 0;
+  std::uint64_t steps_ = 0;
+  std::uint64_t idle_steps_ = 0;
+  std::uint64_t allocation_failures_ = 0;
+};
+
+}  // namespace meridian::testing

@@ -1,0 +1,177 @@
+// Trace tables for the dual-queue scheduler: each row is one engine step, the
+// events applied before it, and exactly which requests ran or were preempted.
+// Notation in scheduler_rig.h.
+#include <functional>
+
+#include <gtest/gtest.h>
+
+#include "scheduler_rig.h"
+
+namespace meridian {
+namespace {
+
+using testing::SchedulerRig;
+
+// Cost model of the traces: 10 ms per step + 2 ms per token, no KV term, so
+// the output batch budget is (20 - 10) / 2 = 5 decodes and the think cap 10.
+constexpr StepCostCoefficients kCost{10.0, 2.0, 0.0};
+
+// A think budget so loose that the guarantee never has to step in, so the
+// traces show the throttling itself; tests of the guarantee tighten it.
+SchedulerOptions trace_options(double think_budget_ms = 400) {
+  SchedulerOptions o;
+  o.think_tpot_budget_ms = think_budget_ms;
+  o.output_tpot_budget_ms = 20;
+  o.think_batch_multiplier = 2;
+  o.min_prefill_tokens_per_step = 64;
+  o.block_tokens = 4;
+  o.preempt_readmit_guard_steps = 4;
+  return o;
+}
+
+struct Row {
+  std::function<void(SchedulerRig&)> before;
+  StepLimits limits;
+  std::string expect;
+  double ms = -1;  ///< observed step time; default: the model's prediction
+};
+
+void run_table(SchedulerRig& rig, const std::vector<Row>& rows) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].before) rows[i].before(rig);
+    EXPECT_EQ(rig.step(rows[i].limits, rows[i].ms), rows[i].expect) << "step " << i + 1;
+  }
+}
+
+// The prefill steps of the traces are reported as 20 ms, like a decode step,
+// so the think TPOT clock starts from a steady state.
+constexpr double kPrefillMs = 20.0;
+
+StepLimits blocks(std::uint64_t free, std::uint64_t think = UINT64_MAX) {
+  StepLimits l;
+  l.free_kv_blocks = free;
+  l.free_think_kv_blocks = think;
+  return l;
+}
+
+TEST(SchedulerTrace, AnswerPhaseIsServedFirstAndExitThinkMovesQueuesBeforeTheNextStep) {
+  SchedulerRig rig(trace_options(), kCost);
+  run_table(rig, {
+                     {[](SchedulerRig& r) {
+                        r.add(1, 8);
+                        r.add(2, 8, false);
+                      },
+                      {},
+                      "p1:8 p2:8",
+                      kPrefillMs},
+                     {nullptr, {}, "o2 t1"},
+                     {nullptr, {}, "o2 t1"},
+                     // </think> seen during the last step: answer queue, ahead of 2.
+                     {[](SchedulerRig& r) { r.scheduler.set_phase(1, Phase::kOutputDecode); }, {}, "o1 o2"},
+                     {[](SchedulerRig& r) { r.scheduler.finish(2); }, {}, "o1"},
+                     {[](SchedulerRig& r) { r.scheduler.set_phase(1, Phase::kComplete); }, {}, "-"},
+                 });
+  EXPECT_EQ(rig.scheduler.size(), 0U);
+}
+
+TEST(SchedulerTrace, WithoutAnswersThinkRunsAtTheFullThinkBatchRoundRobin) {
+  SchedulerRig rig(trace_options(), kCost);
+  for (RequestId id = 1; id <= 12; ++id) rig.add(id, 4);
+  rig.step({}, kPrefillMs);  // prefill all 12
+  // Cap 10: 1..10, then 11, 12 and the eight least recently served.
+  EXPECT_EQ(rig.step(), "t1 t2 t3 t4 t5 t6 t7 t8 t9 t10");
+  EXPECT_EQ(rig.last.stats.think_batch_cap, 10U);
+  EXPECT_FALSE(rig.last.stats.output_slo_bound);
+  EXPECT_EQ(rig.step(), "t11 t12 t1 t2 t3 t4 t5 t6 t7 t8");
+  EXPECT_EQ(rig.step(), "t9 t10 t11 t12 t1 t2 t3 t4 t5 t6");
+}
+
+TEST(SchedulerTrace, AnswersKeepTheStepWithinTheOutputBudgetAndDueThinkStillRuns) {
+  SchedulerRig rig(trace_options(), kCost);
+  for (RequestId id = 1; id <= 8; ++id) rig.add(id, 4);
+  for (RequestId id = 9; id <= 11; ++id) rig.add(id, 4, false);
+  rig.step({}, kPrefillMs);  // every first token at t = 20 ms
+  // Three answers take 16 ms of the 20 ms budget: room for two think decodes,
+  // served round robin (each think request every 80 ms, well inside 400 ms).
+  run_table(rig, {
+                     {nullptr, {}, "o9 o10 o11 t1 t2"},
+                     {nullptr, {}, "o9 o10 o11 t3 t4"},
+                     {nullptr, {}, "o9 o10 o11 t5 t6"},
+                     {nullptr, {}, "o9 o10 o11 t7 t8"},
+                     {nullptr, {}, "o9 o10 o11 t1 t2"},
+                 });
+  EXPECT_TRUE(rig.last.stats.output_slo_bound);
+  EXPECT_EQ(rig.last.stats.output_batch, 3U);
+  EXPECT_EQ(rig.last.stats.output_batch_budget, 5U);
+}
+
+TEST(SchedulerTrace, DueThinkOverridesTheOutputBudgetWhenAnswersFillIt) {
+  SchedulerRig rig(trace_options(100), kCost);
+  rig.add(1, 4);
+  for (RequestId id = 2; id <= 6; ++id) rig.add(id, 4, false);
+  rig.step({}, kPrefillMs);
+  // Five answers fill the 20 ms budget; think 1 runs only when due, past the
+  // budget. A full step (all six) is 22 ms, so 1 is due once its wait plus
+  // 2.5 x 22 ms passes 100 ms: wait > 45 ms.
+  run_table(rig, {
+                     {nullptr, {}, "o2 o3 o4 o5 o6"},     // t=20, waited 0
+                     {nullptr, {}, "o2 o3 o4 o5 o6"},     // t=40, waited 20
+                     {nullptr, {}, "o2 o3 o4 o5 o6"},     // t=60, waited 40
+                     {nullptr, {}, "o2 o3 o4 o5 o6 T1"},  // t=80, waited 60: due
+                     {nullptr, {}, "o2 o3 o4 o5 o6"},
+                 });
+  EXPECT_EQ(rig.scheduler.counters().output_slo_overruns, 1U);
+}
+
+TEST(SchedulerTrace, ChunkedPrefillIsFcfsAndLimitedByTheTokenBudget) {
+  SchedulerRig rig(trace_options(), kCost);
+  rig.add(1, 10);
+  rig.add(2, 6);
+  StepLimits l;
+  l.token_budget = 8;
+  run_table(rig, {
+                     {nullptr, l, "p1:8"},
+                     {nullptr, l, "p1:2 p2:6"},  // 1 completes; 2 fits in the rest
+                     {nullptr, l, "t1 t2"},
+                 });
+}
+
+TEST(SchedulerTrace, PrefillWaitsForBlocksInsteadOfPreempting) {
+  SchedulerRig rig(trace_options(), kCost);
+  rig.add(1, 8);  // 2 blocks
+  rig.add(2, 8);
+  run_table(rig, {
+                     {nullptr, blocks(3), "p1:8 p2:4"},
+                     {nullptr, blocks(0), "-"},  // think 1 needs a block: 2's partial prefill is the victim
+                 });
+}
+
+TEST(SchedulerTrace, OptionalWorkNeverPreempts) {
+  SchedulerRig rig(trace_options(), kCost);
+  for (RequestId id = 1; id <= 3; ++id) rig.add(id, 4);  // one full block each
+  rig.step({}, kPrefillMs);
+  // Each decode needs a new block; one is free. Nobody is due, so nobody is preempted.
+  EXPECT_EQ(rig.step(blocks(1)), "t1");
+  EXPECT_EQ(rig.last.stats.stalled, 2U);
+}
+
+TEST(SchedulerTrace, DueThinkPreemptsLruThinkVictimsWithinTheCap) {
+  SchedulerRig rig(trace_options(80), kCost);
+  for (RequestId id = 1; id <= 8; ++id) rig.add(id, 4);  // one full block each
+  rig.step({}, kPrefillMs);
+  EXPECT_EQ(rig.step(blocks(0), 50), "-");  // memory full: all stall for 50 ms
+  // Now all are due. 1 preempts the least recently served other think request;
+  // the cap is max(1, 0.125 x 8) = 1 victim per step, so the rest stall.
+  EXPECT_EQ(rig.step(blocks(0)), "!2r T1");
+  EXPECT_EQ(rig.last.stats.stalled, 6U);
+  EXPECT_EQ(rig.last.preemptions[0].blocks, 1U);
+  EXPECT_EQ(rig.scheduler.view(2)->preemptions, 1U);
+  EXPECT_EQ(rig.scheduler.view(2)->context_tokens, 0U);
+  EXPECT_EQ(rig.scheduler.view(2)->state, RequestView::State::kWaiting);
+  // Next step 3 (front of the queue, least recently served) takes the next
+  // younger victim, 4; 1 needs no new block and runs too.
+  EXPECT_EQ(rig.step(blocks(0)), "!4r T3 T1");
+}
+
+}  // namespace
+}  // namespace meridian
