@@ -184,6 +184,11 @@ class KvBlockManager {
   std::unique_ptr<Impl> impl_;
 };
 
+/// ThinkActive blocks allowed by think_phase_memory_fraction out of `total_blocks`
+/// (rounded down). The block manager enforces it; the scheduler plans with it.
+[[nodiscard]] std::uint64_t think_block_limit(double think_phase_memory_fraction,
+                                              std::uint64_t total_blocks) noexcept;
+
 [[nodiscard]] std::string_view to_string(BlockTier tier) noexcept;
 [[nodiscard]] std::string_view to_string(AllocStatus status) noexcept;
 [[nodiscard]] std::string_view to_string(ReleaseKind kind) noexcept;

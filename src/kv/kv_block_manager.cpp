@@ -29,6 +29,11 @@ constexpr std::array kEvictionOrder{BlockTier::kThinkComplete, BlockTier::kThink
 
 }  // namespace
 
+std::uint64_t think_block_limit(double think_phase_memory_fraction, std::uint64_t total_blocks) noexcept {
+  return static_cast<std::uint64_t>(
+      std::floor(think_phase_memory_fraction * static_cast<double>(total_blocks)));
+}
+
 std::uint64_t KvBlockCounters::evictions(BlockTier tier) const noexcept {
   const std::size_t t = idx(tier);
   return evicted_cached[t] + offloaded_live[t] + released_live[t] +
@@ -70,7 +75,8 @@ struct KvBlockManager::Impl {
 
   explicit Impl(const KvBlockManagerOptions& o)
       : options(o),
-        think_limit(static_cast<std::uint32_t>(std::floor(o.think_phase_memory_fraction * o.num_blocks))),
+        think_limit(
+            static_cast<std::uint32_t>(think_block_limit(o.think_phase_memory_fraction, o.num_blocks))),
         lists(o.num_blocks),
         blocks(o.num_blocks) {}
 

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "meridian/kv_block_manager.h"
 #include "meridian/scheduler.h"
 #include "scheduler/request_table.h"
 
@@ -36,8 +37,7 @@ SchedulerOptions SchedulerOptions::from_config(const MeridianConfig& config, std
   o.fabric_offload = config.disagg.enabled && config.disagg.fabric != FabricKind::kNone;
   o.block_tokens = config.kv_memory.block_tokens;
   o.total_kv_blocks = total_kv_blocks;
-  o.think_kv_block_limit = static_cast<std::uint64_t>(
-      std::floor(config.kv_memory.think_phase_memory_fraction * static_cast<double>(total_kv_blocks)));
+  o.think_kv_block_limit = think_block_limit(config.kv_memory.think_phase_memory_fraction, total_kv_blocks);
   return o;
 }
 

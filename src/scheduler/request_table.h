@@ -90,26 +90,12 @@ class RequestTable {
 
   void push_back(std::uint8_t q, std::uint32_t s) {
     unlink(s);
-    Head& h = heads_[q];
-    Slot& slot = slots_[s];
-    slot.prev = h.tail;
-    slot.next = kNil;
-    (h.tail == kNil ? h.head : slots_[h.tail].next) = s;
-    h.tail = s;
-    ++h.size;
-    slot.queue = q;
+    link_after(q, heads_[q].tail, s);
   }
 
   void push_front(std::uint8_t q, std::uint32_t s) {
     unlink(s);
-    Head& h = heads_[q];
-    Slot& slot = slots_[s];
-    slot.prev = kNil;
-    slot.next = h.head;
-    (h.head == kNil ? h.tail : slots_[h.head].prev) = s;
-    h.head = s;
-    ++h.size;
-    slot.queue = q;
+    link_after(q, kNil, s);
   }
 
   /// Inserts keeping `q` ordered by (arrival, id): recompute victims are
@@ -118,18 +104,7 @@ class RequestTable {
     unlink(s);
     std::uint32_t after = heads_[q].tail;
     while (after != kNil && older(s, after)) after = slots_[after].prev;
-    if (after == kNil) {
-      push_front(q, s);
-      return;
-    }
-    Head& h = heads_[q];
-    Slot& slot = slots_[s];
-    slot.prev = after;
-    slot.next = slots_[after].next;
-    (slot.next == kNil ? h.tail : slots_[slot.next].prev) = s;
-    slots_[after].next = s;
-    ++h.size;
-    slot.queue = q;
+    link_after(q, after, s);
   }
 
   /// Priority order: earlier arrival first, then lower id.
@@ -151,6 +126,18 @@ class RequestTable {
   }
 
  private:
+  /// Links the unlinked slot `s` into `q` after `after` (kNil: at the front).
+  void link_after(std::uint8_t q, std::uint32_t after, std::uint32_t s) {
+    Head& h = heads_[q];
+    Slot& slot = slots_[s];
+    slot.prev = after;
+    slot.next = after == kNil ? h.head : slots_[after].next;
+    (after == kNil ? h.head : slots_[after].next) = s;
+    (slot.next == kNil ? h.tail : slots_[slot.next].prev) = s;
+    ++h.size;
+    slot.queue = q;
+  }
+
   struct Head {
     std::uint32_t head = kNil;
     std::uint32_t tail = kNil;
