@@ -8,6 +8,8 @@
 //   5. prefill of recompute victims, then new arrivals (FCFS, chunked), within
 //      the step ceiling but never less than min_prefill_tokens_per_step.
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <stdexcept>
 
@@ -59,7 +61,7 @@ void check_options(const SchedulerOptions& o) {
   if (o.total_kv_blocks == 0) fail("total_kv_blocks", ">= 1", 0);
 }
 
-constexpr std::uint64_t kMsToNs = 1'000'000;
+constexpr double kNsToMs = 1e-6;
 constexpr double kStepEwmaAlpha = 0.25;
 // The next step may carry up to this fraction more due work than this one.
 constexpr double kNextStepMargin = 0.5;
@@ -72,9 +74,14 @@ struct DualQueueScheduler::Impl {
   RequestTable table;
   StepPlan plan;
   SchedulerCounters counters;
-  std::vector<std::uint32_t> plan_slots;        // slot of each work item
-  std::vector<std::uint32_t> plan_generations;  // its generation when planned
-  std::vector<std::uint32_t> chosen;            // preemption scratch
+  struct PlannedSlot {
+    std::uint32_t slot = kNil;
+    std::uint32_t generation = 0;  // when planned: a finished or reused slot is skipped
+  };
+  std::vector<PlannedSlot> planned;            // one per work item
+  std::vector<std::uint32_t> swapped_in;       // join their run queue at finalize()
+  std::array<std::uint32_t, 2> last_served{};  // per run queue: end of the served prefix
+  std::vector<std::uint32_t> chosen;           // preemption scratch
   std::vector<std::uint32_t> to_abort;
   std::uint64_t step = 0;
   double recent_step_ms = 0;  // EWMA of observed step times
@@ -90,10 +97,18 @@ struct DualQueueScheduler::Impl {
   std::uint64_t tok = 0;
   std::uint64_t kv = 0;
 
-  Impl(const SchedulerOptions& o, StepCostModel m) : opt(o), model(m) {}
+  // log2(block_tokens) when it is a power of two (the usual 16): a 64-bit
+  // division per block computation was the largest cost of a decode.
+  int block_shift = -1;
+
+  Impl(const SchedulerOptions& o, StepCostModel m) : opt(o), model(m) {
+    if (std::has_single_bit(o.block_tokens)) block_shift = std::countr_zero(o.block_tokens);
+  }
 
   [[nodiscard]] std::uint32_t blocks_for(std::uint64_t tokens) const {
-    return static_cast<std::uint32_t>((tokens + opt.block_tokens - 1) / opt.block_tokens);
+    const std::uint64_t rounded_up = tokens + opt.block_tokens - 1;
+    return static_cast<std::uint32_t>(block_shift >= 0 ? rounded_up >> block_shift
+                                                       : rounded_up / opt.block_tokens);
   }
   [[nodiscard]] std::uint32_t new_blocks(std::uint32_t context, std::uint32_t n) const {
     return blocks_for(std::uint64_t{context} + n) - blocks_for(context);
@@ -114,12 +129,15 @@ struct DualQueueScheduler::Impl {
     return r.queue == Queue::kOutputQueue || r.queue == Queue::kThinkQueue;
   }
 
-  void emit(std::uint32_t s, WorkKind kind, std::uint32_t tokens, std::uint32_t nb, std::uint32_t ntb,
-            bool due, bool completes) {
+  // Inlined: it runs once per scheduled request, and a call with seven
+  // arguments cost as much as the work itself (docs/benchmarks.md).
+  [[gnu::always_inline]] void emit(std::uint32_t s, WorkKind kind, std::uint32_t tokens, std::uint32_t nb,
+                                   std::uint32_t ntb, bool due, bool completes) {
     Slot& r = table.at(s);
     plan.work.push_back({r.id, kind, r.phase, tokens, r.computed, nb, ntb, due, completes});
-    plan_slots.push_back(s);
-    plan_generations.push_back(r.generation);
+    planned.push_back({s, r.generation});
+    if (kind == WorkKind::kDecode) last_served[r.queue] = s;
+    if (kind != WorkKind::kPrefill && r.phase == Phase::kOutputDecode) ++plan.stats.output_batch;
     r.batch_step = step;
     free_blocks -= nb;
     free_think -= ntb;
@@ -194,6 +212,7 @@ struct DualQueueScheduler::Impl {
     ++(r.phase == Phase::kOutputDecode ? counters.preempted_output : counters.preempted_think);
     --victims_left;
     if (keeps_kv) {
+      r.shared_blocks = 0;  // released; the swap-in allocates every block anew
       table.push_back(Queue::kSwapQueue, s);
       return;
     }
@@ -207,14 +226,22 @@ struct DualQueueScheduler::Impl {
   // --- the step --------------------------------------------------------------
 
   // Schedules one decode; mandatory work may preempt. Returns whether it ran.
-  bool try_decode(std::uint32_t s, bool mandatory, bool due) {
+  [[gnu::always_inline]] bool try_decode(std::uint32_t s, bool mandatory, bool due) {
     Slot& r = table.at(s);
-    const std::uint32_t nb = new_blocks(r.computed, 1);
-    const std::uint32_t ntb = new_think_blocks(r, r.computed, 1);
-    const bool answer = r.phase == Phase::kOutputDecode;
-    if ((nb > free_blocks || ntb > free_think) && !(mandatory && preempt_for(s, nb, ntb, answer))) {
-      stall(r, nb, ntb);
-      return false;
+    // One token needs a new block only when the last one is full (computed is
+    // a multiple of block_tokens); the general formulas are the slow path.
+    const bool block_full =
+        block_shift >= 0 ? (r.computed & (opt.block_tokens - 1)) == 0 : r.computed % opt.block_tokens == 0;
+    std::uint32_t nb = 0;
+    std::uint32_t ntb = 0;
+    if (block_full) {
+      nb = new_blocks(r.computed, 1);
+      ntb = new_think_blocks(r, r.computed, 1);
+      if ((nb > free_blocks || ntb > free_think) &&
+          !(mandatory && preempt_for(s, nb, ntb, r.phase == Phase::kOutputDecode))) {
+        stall(r, nb, ntb);
+        return false;
+      }
     }
     emit(s, WorkKind::kDecode, 1, nb, ntb, due, false);
     return true;
@@ -248,7 +275,9 @@ struct DualQueueScheduler::Impl {
       emit(s, WorkKind::kSwapIn, 1, nb, ntb, false, false);
       running_context += r.computed;
       r.guard_until_step = step + std::uint64_t{opt.preempt_readmit_guard_steps} * r.preemptions;
-      table.push_back(r.phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue, s);
+      // Stays in the swap queue until finalize(): were it in a run queue now,
+      // the think pass could reach it and schedule it twice.
+      swapped_in.push_back(s);
       s = next;
     }
   }
@@ -263,23 +292,31 @@ struct DualQueueScheduler::Impl {
   // Returns the first slot that is not due.
   std::uint32_t decode_due_think(std::int64_t now_ns, double floor_ms, std::uint32_t floor_tokens) {
     const double budget_ms = opt.think_tpot_budget_ms;
-    std::uint32_t s = table.front(Queue::kThinkQueue);
-    for (; s != kNil; s = table.at(s).next) {
-      const Slot& r = table.at(s);
-      const double waited_ms = static_cast<double>(now_ns - r.last_token_ns) / static_cast<double>(kMsToNs);
-      const double step_ms =
-          std::max(floor_ms, model.predict_ms(tok + 1 + floor_tokens, kv + r.computed + 1 + floor_tokens));
+    constexpr double kSteps = 2 + kNextStepMargin;
+    // S >= floor_ms: a request that waited longer than this is due whatever
+    // the rest of the plan, without computing the planned-so-far prediction.
+    const double due_by_floor_ns = (budget_ms - kSteps * floor_ms) / kNsToMs;
+    auto is_due = [&](const Slot& r) {
+      const auto waited_ns = static_cast<double>(now_ns - r.last_token_ns);
+      if (waited_ns > due_by_floor_ns) return true;
       // A request that found no KV block last step is due too: it may now
       // preempt, so memory pressure cannot park it (and the engine) forever.
-      const bool starved = r.stalled_step != 0 && r.stalled_step + 1 == step;
-      if (!starved && waited_ms + (2 + kNextStepMargin) * step_ms <= budget_ms) break;
-      if (seqs_left == 0 || tokens_left == 0) return kNil;
-      if (try_decode(s, true, true)) {
-        ++plan.stats.due_think;
-        ++counters.due_think_decodes;
-      }
+      if (r.stalled_step != 0 && r.stalled_step + 1 == step) return true;
+      return waited_ns * kNsToMs +
+                 kSteps * model.predict_ms(tok + 1 + floor_tokens, kv + r.computed + 1 + floor_tokens) >
+             budget_ms;
+    };
+    // Heavy load: the floor alone exceeds the budget, so every request is due
+    // and the per-request test is skipped.
+    const bool all_due = due_by_floor_ns < 0;
+    std::uint32_t s = table.front(Queue::kThinkQueue);
+    for (; s != kNil; s = table.at(s).next) {
+      if (!all_due && !is_due(table.at(s))) break;
+      if (seqs_left == 0 || tokens_left == 0) break;
+      if (try_decode(s, true, true)) ++plan.stats.due_think;
     }
-    return s;
+    counters.due_think_decodes += plan.stats.due_think;
+    return seqs_left == 0 || tokens_left == 0 ? kNil : s;
   }
 
   // Largest chunk <= want whose blocks fit the free and think allowances.
@@ -350,14 +387,25 @@ struct DualQueueScheduler::Impl {
     }
   }
 
+  // Round robin: served decodes go to the back of their queue, in plan order,
+  // then swap-ins join theirs. Each pass walks its queue from the front, so
+  // without a stall (a skipped request) the served requests are exactly a
+  // prefix ending at last_served, moved in O(1).
   void finalize() {
     StepStats& st = plan.stats;
-    for (std::size_t i = 0; i < plan.work.size(); ++i) {
-      const ScheduledWork& w = plan.work[i];
-      if (w.kind == WorkKind::kPrefill) continue;
-      const std::uint32_t s = plan_slots[i];
-      table.push_back(table.at(s).queue, s);  // round robin: served -> back of its queue
-      if (w.phase == Phase::kOutputDecode) ++st.output_batch;
+    if (st.stalled == 0) {
+      for (std::uint8_t q : {std::uint8_t{Queue::kOutputQueue}, std::uint8_t{Queue::kThinkQueue}}) {
+        if (last_served[q] != kNil) table.rotate_prefix_to_back(q, last_served[q]);
+      }
+    } else {
+      for (std::size_t i = 0; i < plan.work.size(); ++i) {
+        const std::uint32_t s = planned[i].slot;
+        if (plan.work[i].kind == WorkKind::kDecode) table.push_back(table.at(s).queue, s);
+      }
+    }
+    for (std::uint32_t s : swapped_in) {
+      table.push_back(table.at(s).phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue,
+                      s);
     }
     for (std::uint32_t s : to_abort) {
       if (table.at(s).batch_step == step) continue;  // ran after all (a later preemption freed room)
@@ -399,8 +447,9 @@ struct DualQueueScheduler::Impl {
     plan.preemptions.clear();
     plan.aborted.clear();
     plan.stats = StepStats{};
-    plan_slots.clear();
-    plan_generations.clear();
+    planned.clear();
+    swapped_in.clear();
+    last_served.fill(kNil);
     free_blocks = limits.free_kv_blocks;
     free_think = limits.free_think_kv_blocks;
     tokens_left = limits.token_budget;
@@ -457,11 +506,16 @@ struct DualQueueScheduler::Impl {
     recent_step_ms = recent_step_ms == 0 ? took : recent_step_ms + kStepEwmaAlpha * (took - recent_step_ms);
     for (std::size_t i = 0; i < plan.work.size(); ++i) {
       const ScheduledWork& w = plan.work[i];
-      const std::uint32_t s = plan_slots[i];
+      const std::uint32_t s = planned[i].slot;
       Slot& r = table.at(s);
-      if (r.generation != plan_generations[i]) continue;  // finished or reused meanwhile
-      if (std::find(not_run.begin(), not_run.end(), w.id) != not_run.end()) continue;
-      if (r.phase == Phase::kThinkDecode) r.think_blocks += w.new_think_blocks;
+      if (r.generation != planned[i].generation) continue;  // finished or reused meanwhile
+      if (!not_run.empty() && std::find(not_run.begin(), not_run.end(), w.id) != not_run.end()) continue;
+      // A swap-in re-allocates all of the request's blocks: its ThinkActive
+      // count is what it just got, not an addition.
+      if (r.phase == Phase::kThinkDecode) {
+        r.think_blocks =
+            w.kind == WorkKind::kSwapIn ? w.new_think_blocks : r.think_blocks + w.new_think_blocks;
+      }
       r.computed += w.tokens;
       if (w.kind != WorkKind::kPrefill) {
         ++r.generated;

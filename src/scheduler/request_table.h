@@ -30,25 +30,28 @@ enum Queue : std::uint8_t {
   kNoQueue = 0xff,
 };
 
-struct Slot {
+// Fields a decode touches come first and fill one cache line; the rest are
+// read only on admission, preemption and re-admission.
+struct alignas(64) Slot {
   RequestId id = 0;
-  std::int64_t arrival_ns = 0;
   std::int64_t last_token_ns = 0;
   std::uint64_t batch_step = std::numeric_limits<std::uint64_t>::max();  ///< step it was planned in
-  std::uint64_t guard_until_step = 0;  ///< not a preemption victim before this step
-  std::uint64_t stalled_step = 0;      ///< last step it was runnable but got no KV block
+  std::uint64_t stalled_step = 0;  ///< last step it was runnable but got no KV block
   std::uint32_t prompt = 0;
   std::uint32_t generated = 0;
-  std::uint32_t computed = 0;       ///< tokens in KV
-  std::uint32_t target = 0;         ///< prefill target (prompt, or prompt + generated on recompute)
-  std::uint32_t shared_blocks = 0;  ///< prefix-cache blocks that preemption would not free
-  std::uint32_t think_blocks = 0;   ///< live ThinkActive blocks (count toward the think cap)
-  std::uint32_t preemptions = 0;
-  std::uint32_t generation = 0;  ///< bumped when the slot is reused
+  std::uint32_t computed = 0;      ///< tokens in KV
+  std::uint32_t think_blocks = 0;  ///< live ThinkActive blocks (count toward the think cap)
+  std::uint32_t generation = 0;    ///< bumped when the slot is reused
   std::uint32_t prev = kNil;
   std::uint32_t next = kNil;
   Phase phase = Phase::kThinkDecode;
   std::uint8_t queue = kNoQueue;
+  // --- cold ---
+  std::int64_t arrival_ns = 0;
+  std::uint64_t guard_until_step = 0;  ///< not a preemption victim before this step
+  std::uint32_t target = 0;            ///< prefill target (prompt, or prompt + generated on recompute)
+  std::uint32_t shared_blocks = 0;     ///< prefix-cache blocks that preemption would not free
+  std::uint32_t preemptions = 0;
 };
 
 class RequestTable {
@@ -96,6 +99,21 @@ class RequestTable {
   void push_front(std::uint8_t q, std::uint32_t s) {
     unlink(s);
     link_after(q, kNil, s);
+  }
+
+  /// Moves the run from the front of `q` through `last` (a member of `q`) to
+  /// the back, keeping its order. O(1).
+  void rotate_prefix_to_back(std::uint8_t q, std::uint32_t last) {
+    Head& h = heads_[q];
+    if (last == h.tail) return;  // the whole queue: same order
+    const std::uint32_t first = h.head;
+    const std::uint32_t rest = slots_[last].next;
+    slots_[rest].prev = kNil;
+    slots_[h.tail].next = first;
+    slots_[first].prev = h.tail;
+    slots_[last].next = kNil;
+    h.head = rest;
+    h.tail = last;
   }
 
   /// Inserts keeping `q` ordered by (arrival, id): recompute victims are

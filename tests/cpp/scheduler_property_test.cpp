@@ -3,6 +3,7 @@
 // keep the think TPOT budget when the system is feasible, plans respect the
 // engine limits and the preemption cap, and long random runs under memory
 // pressure end with every request finished (no deadlock, no livelock).
+#include <cmath>
 #include <set>
 
 #include <fmt/format.h>
@@ -128,6 +129,51 @@ RC_GTEST_PROP(SchedulerProperty, ThinkRequestsKeepTheThinkTpotBudgetWhenFeasible
   RC_TAG(engine.scheduler().counters().due_think_decodes > 0 ? "guarantee engaged" : "not needed");
 }
 
+RC_GTEST_PROP(SchedulerProperty, ThinkTpotHoldsWhileAnswersSaturateTheOutputBudget, ()) {
+  // More answering requests than the output budget holds, for longer than
+  // the reasoning lasts: optional think never fits, so every think token
+  // before the answers drain comes from the guarantee. The think budget is
+  // feasible by construction (2.5 x the full-batch step, plus slack).
+  const StepCostCoefficients cost{*rc::gen::inRange(2, 7) * 1.0, *rc::gen::inRange(50, 150) / 100.0, 0.044};
+  SchedulerOptions o = base_options();
+  o.min_prefill_tokens_per_step = 16;
+  const auto answer_slots = *rc::gen::inRange(2, 5);
+  o.output_tpot_budget_ms = cost.base_ms + cost.per_token_ms * answer_slots + 0.5;
+  std::vector<MiniRequest> requests;
+  const auto answers = *rc::gen::inRange(answer_slots + 2, 12);
+  const auto thinkers = *rc::gen::inRange(1, 16);
+  for (int i = 0; i < answers + thinkers; ++i) {
+    MiniRequest r;
+    r.id = static_cast<RequestId>(i + 1);
+    r.prompt = *rc::gen::inRange<std::uint32_t>(4, 64);
+    const bool answer_only = i < answers;
+    r.think = answer_only ? 0 : *rc::gen::inRange<std::uint32_t>(10, 120);
+    r.answer = answer_only ? *rc::gen::inRange<std::uint32_t>(300, 500) : 4;
+    r.arrival_ns = answer_only ? 0 : *rc::gen::inRange<std::int64_t>(0, 30) * 1'000'000;
+    requests.push_back(r);
+  }
+  std::uint64_t ctx = 0;
+  for (const MiniRequest& r : requests) ctx += r.prompt + r.think + r.answer;
+  const StepCostModel truth(cost, false, 1.0);
+  const double worst_step = truth.predict_ms(requests.size() + o.min_prefill_tokens_per_step, ctx);
+  o.think_tpot_budget_ms = std::ceil(worst_step * 2.5 * (1 + *rc::gen::inRange(0, 50) / 100.0));
+  StepLimits limits;
+  limits.max_sequences = 512;
+  limits.token_budget = 80;
+  MiniEngine engine(o, cost, kv_options(100'000, 0.5), limits);
+  for (const MiniRequest& r : requests) engine.submit(r);
+  RC_ASSERT(engine.run(100'000));
+  const auto budget_ns = static_cast<std::int64_t>(o.think_tpot_budget_ms * 1e6);
+  for (const auto& [id, st] : engine.stats()) {
+    RC_ASSERT(st.finished);
+    if (st.max_think_gap_ns > budget_ns) {
+      RC_FAIL(fmt::format("request {} waited {} ms between think tokens (budget {} ms)", id,
+                          static_cast<double>(st.max_think_gap_ns) / 1e6, o.think_tpot_budget_ms));
+    }
+  }
+  RC_ASSERT(engine.scheduler().counters().due_think_decodes > 0U);
+}
+
 RC_GTEST_PROP(SchedulerProperty, EveryRequestFinishesUnderMemoryPressure, ()) {
   // Tight KV memory with preemption: no deadlock or livelock, no failed
   // allocation (the scheduler's block accounting matches the manager's),
@@ -138,6 +184,8 @@ RC_GTEST_PROP(SchedulerProperty, EveryRequestFinishesUnderMemoryPressure, ()) {
   SchedulerOptions o = base_options();
   o.preempt_max_fraction = *rc::gen::inRange(1, 101) / 100.0;
   o.preempt_readmit_guard_steps = *rc::gen::inRange<std::uint32_t>(0, 16);
+  // With a fabric, running victims are offloaded and later swapped back in.
+  o.fabric_offload = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
   o.total_kv_blocks = blocks;
   o.think_kv_block_limit = static_cast<std::uint64_t>(think_fraction * blocks);
   for (const MiniRequest& r : w.requests) {
@@ -184,7 +232,10 @@ RC_GTEST_PROP(SchedulerProperty, EveryRequestFinishesUnderMemoryPressure, ()) {
   const KvBlockUsage u = engine.blocks().usage();
   for (std::size_t t = 0; t < kBlockTierCount; ++t) RC_ASSERT(u.live_blocks[t] == 0U);
   RC_ASSERT(engine.scheduler().size() == 0U);
-  RC_TAG(engine.scheduler().counters().preemptions[0] > 0 ? "preempted" : "no preemption");
+  const auto& preemptions = engine.scheduler().counters().preemptions;
+  RC_TAG(preemptions[2] > 0                    ? "offloaded"
+         : preemptions[0] + preemptions[1] > 0 ? "preempted"
+                                               : "no preemption");
 }
 
 TEST(SchedulerProperty, ARequestThatCanNeverFitIsAbortedNotHung) {

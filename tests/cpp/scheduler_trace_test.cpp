@@ -10,6 +10,7 @@
 namespace meridian {
 namespace {
 
+using testing::describe;
 using testing::SchedulerRig;
 
 // Cost model of the traces: 10 ms per step + 2 ms per token, no KV term, so
@@ -171,6 +172,81 @@ TEST(SchedulerTrace, DueThinkPreemptsLruThinkVictimsWithinTheCap) {
   // Next step 3 (front of the queue, least recently served) takes the next
   // younger victim, 4; 1 needs no new block and runs too.
   EXPECT_EQ(rig.step(blocks(0)), "!4r T3 T1");
+}
+
+TEST(SchedulerTrace, OffloadedThinkVictimSwapsBackInOnceAndRejoinsTheThinkQueue) {
+  SchedulerOptions o = trace_options(80);
+  o.fabric_offload = true;
+  SchedulerRig rig(o, kCost);
+  for (RequestId id = 1; id <= 3; ++id) rig.add(id, 4);
+  rig.step({}, kPrefillMs);
+  EXPECT_EQ(rig.step(blocks(0), 50), "-");
+  // With a fabric, the think victim's KV is offloaded (kept), not dropped.
+  EXPECT_EQ(rig.step(blocks(0)), "!2f T1");
+  EXPECT_EQ(rig.scheduler.view(2)->state, RequestView::State::kSwapped);
+  EXPECT_EQ(rig.scheduler.view(2)->context_tokens, 4U);
+  // Memory is back: 2 returns first, then think in LRU order. The swap-in is
+  // its decode for this step: it must not be scheduled a second time when
+  // the think pass reaches the back of the queue.
+  EXPECT_EQ(rig.step(), "s2 T3 t1");
+  EXPECT_EQ(rig.scheduler.view(2)->state, RequestView::State::kRunning);
+  EXPECT_EQ(rig.step(), "t3 t1 t2");
+}
+
+TEST(SchedulerTrace, AnswerVictimsAreSwappedAndGuardedAfterReadmission) {
+  SchedulerRig rig(trace_options(), kCost);
+  rig.add(1, 4, false);  // answer phase (thinking disabled), one full block each
+  rig.add(2, 4, false);
+  run_table(rig, {
+                     {nullptr, {}, "p1:4 p2:4", kPrefillMs},
+                     // 1 needs a block, none is free, no think victim exists: the
+                     // younger answer 2 is swapped out (its KV kept on the host).
+                     {nullptr, blocks(0), "!2s o1"},
+                     {nullptr, {}, "o1 s2"},  // swap-in first decodes, then 2 rejoins behind 1
+                     {nullptr, {}, "o1 o2"},
+                     {nullptr, {}, "o1 o2"},
+                     // 1 needs a block again, but 2 came back at step 3: guarded
+                     // until step 3 + 4 x 1 preemption = 7. 1 stalls, 2 runs.
+                     {nullptr, blocks(0), "o2"},
+                     {nullptr, blocks(0), "!2s o1"},  // guard over
+                 });
+  EXPECT_EQ(rig.scheduler.counters().preempted_output, 2U);
+  EXPECT_EQ(rig.scheduler.counters().preemptions[static_cast<std::size_t>(ReclaimMode::kSwap)], 2U);
+  EXPECT_EQ(rig.scheduler.view(2)->preemptions, 2U);
+  EXPECT_EQ(rig.scheduler.view(2)->state, RequestView::State::kSwapped);
+}
+
+TEST(SchedulerTrace, ARequestThatCanNeverFitIsAbortedNotParked) {
+  SchedulerOptions o = trace_options();
+  o.total_kv_blocks = 2;  // 8 tokens of KV in all
+  SchedulerRig rig(o, kCost);
+  rig.add(1, 4);
+  run_table(rig, {
+                     {nullptr, blocks(2), "p1:4", kPrefillMs},
+                     {nullptr, blocks(1), "t1"},  // token 5 opens block 2
+                     {nullptr, blocks(0), "t1"},
+                     {nullptr, blocks(0), "t1"},
+                     {nullptr, blocks(0), "t1"},
+                     {nullptr, blocks(0), "x1"},  // token 9 would need a third block
+                 });
+  EXPECT_EQ(rig.scheduler.size(), 0U);
+  EXPECT_EQ(rig.scheduler.counters().aborted, 1U);
+}
+
+TEST(SchedulerTrace, ExitThinkReportedBeforeTheStepCompletesTakesEffectNextStep) {
+  // The engine may see </think> in a step's output and tell the router (and
+  // so the scheduler) before it reports the step complete.
+  SchedulerRig rig(trace_options(), kCost);
+  rig.add(1, 4);
+  rig.add(2, 4);
+  rig.step({}, kPrefillMs);
+  EXPECT_EQ(describe(rig.scheduler.schedule({}, rig.now_ns)), "t1 t2");
+  ASSERT_TRUE(rig.scheduler.set_phase(2, Phase::kOutputDecode));
+  rig.now_ns += 14'000'000;
+  rig.scheduler.complete_step(14, rig.now_ns);
+  EXPECT_EQ(rig.scheduler.view(2)->phase, Phase::kOutputDecode);
+  EXPECT_EQ(rig.scheduler.view(2)->context_tokens, 5U);
+  EXPECT_EQ(rig.step(), "o2 t1");
 }
 
 }  // namespace
