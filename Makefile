@@ -77,8 +77,13 @@ lint:
 	  || { grep -E "warning:|error:" -A3 /tmp/meridian-tidy.log | head -100; exit 1; }
 	@echo "clang-tidy: clean"
 
-bench: build
-	@$(PYTHON) benchmarks/run_microbench.py --binary $(BUILD_DIR)/bin/meridian-microbench --out bench-out/microbench.json
+# Benchmarks measure a Release build, the optimisation level of the wheel.
+bench: setup
+	@cmake -S . -B $(BUILD_DIR)-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DMERIDIAN_BUILD_TESTS=OFF \
+	  -DMERIDIAN_BUILD_BENCH=ON -DMERIDIAN_BUILD_APPS=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_DIR)-release -j $(JOBS) --target meridian_microbench meridian_cli
+	@$(PYTHON) benchmarks/run_microbench.py --binary $(BUILD_DIR)-release/bin/meridian-microbench \
+	  --out bench-out/microbench.json
 
 # Only what the demo needs: the CLI and its libraries (no test or lint tools).
 demo:
@@ -96,4 +101,4 @@ demo:
 	fi
 
 clean:
-	@rm -rf $(BUILD_DIR) $(BUILD_DIR)-asan $(BUILD_DIR)-tsan bench-out
+	@rm -rf $(BUILD_DIR) $(BUILD_DIR)-asan $(BUILD_DIR)-tsan $(BUILD_DIR)-release bench-out

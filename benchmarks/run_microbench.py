@@ -13,7 +13,8 @@ import pathlib
 import subprocess
 import sys
 
-# (label, numerator benchmark, denominator benchmark, target description)
+# (label, numerator benchmark, denominator benchmark, target description).
+# Items: router = tokens, scheduler = steps, KV block manager = blocks.
 RATIOS = [
     ("router on_token / bare flat_hash_map (1 thread)",
      "BM_RouterOnToken/real_time/threads:1", "BM_BareFlatHashMap", "<= 2.0"),
@@ -25,6 +26,24 @@ RATIOS = [
      "BM_MutexUnorderedMapRouter/real_time/threads:2", "BM_RouterOnTokensBatch/real_time/threads:2", ">= 10"),
     ("mutex+unordered_map / router on_token (1 thread)",
      "BM_MutexUnorderedMapRouter/real_time/threads:1", "BM_RouterOnToken/real_time/threads:1", "(context)"),
+    ("naive sort scheduler / scheduler step, 64 running",
+     "BM_NaiveSchedulerStep/64", "BM_SchedulerStep/64", "(context)"),
+    ("naive sort scheduler / scheduler step, 1,024 running",
+     "BM_NaiveSchedulerStep/1024", "BM_SchedulerStep/1024", "(context)"),
+    ("naive sort scheduler / scheduler step, 8,192 running",
+     "BM_NaiveSchedulerStep/8192", "BM_SchedulerStep/8192", "(context)"),
+    ("naive scan / block manager: allocate (evicting a cached block)",
+     "BM_NaiveKvAllocateEvict", "BM_KvAllocateEvict", "(context)"),
+    ("naive scan / block manager: allocate + demote + release, per block",
+     "BM_NaiveKvExitThinkCycle", "BM_KvExitThinkCycle", "(context)"),
+]
+
+# (label, benchmark, counter, target description): absolute per-step
+# percentiles, where SPEC states the target that way.
+PERCENTILES = [
+    ("scheduler step P99 at 1,024 running (us)", "BM_SchedulerStep/1024", "p99_us", "<= 10"),
+    ("scheduler step P50 at 1,024 running (us)", "BM_SchedulerStep/1024", "p50_us", "(context)"),
+    ("scheduler step P99 at 8,192 running (us)", "BM_SchedulerStep/8192", "p99_us", "(context)"),
 ]
 
 
@@ -59,17 +78,26 @@ def main() -> int:
             return 1
         ratio = ns_per_item(medians[num]) / ns_per_item(medians[den])
         rows.append({"ratio": label, "value": round(ratio, 2), "target": target,
-                     "numerator_ns_per_token": round(ns_per_item(medians[num]), 2),
-                     "denominator_ns_per_token": round(ns_per_item(medians[den]), 2)})
-    report = {"context": data["context"], "ratios": rows,
-              "ns_per_token": {k: round(ns_per_item(v), 2) for k, v in medians.items()}}
+                     "numerator_ns_per_item": round(ns_per_item(medians[num]), 2),
+                     "denominator_ns_per_item": round(ns_per_item(medians[den]), 2)})
+    percentiles = []
+    for label, name, counter, target in PERCENTILES:
+        if counter not in medians.get(name, {}):
+            print(f"missing counter for '{label}': {name}.{counter}", file=sys.stderr)
+            return 1
+        percentiles.append({"metric": label, "value": round(medians[name][counter], 2), "target": target})
+    report = {"context": data["context"], "ratios": rows, "percentiles": percentiles,
+              "ns_per_item": {k: round(ns_per_item(v), 2) for k, v in medians.items()},
+              "batch": {k: round(v["batch"], 1) for k, v in medians.items() if "batch" in v}}
     out.write_text(json.dumps(report, indent=2) + "\n")
 
     width = max(len(r["ratio"]) for r in rows)
-    print(f"{'ratio'.ljust(width)}  value   target   (ns/token: numerator / denominator)")
+    print(f"{'ratio'.ljust(width)}  value   target   (ns/item: numerator / denominator)")
     for r in rows:
-        print(f"{r['ratio'].ljust(width)}  {r['value']:>5}   {r['target']:<7}  "
-              f"({r['numerator_ns_per_token']} / {r['denominator_ns_per_token']})")
+        print(f"{r['ratio'].ljust(width)}  {r['value']:>6}   {r['target']:<9}  "
+              f"({r['numerator_ns_per_item']} / {r['denominator_ns_per_item']})")
+    for p in percentiles:
+        print(f"{p['metric'].ljust(width)}  {p['value']:>6}   {p['target']}")
     print(f"written: {out}")
     return 0
 
