@@ -8,5 +8,6 @@ namespace meridian::python {
 
 void bind_config(nanobind::module_& m);
 void bind_router(nanobind::module_& m);
+void bind_scheduler(nanobind::module_& m);
 
 }  // namespace meridian::python

@@ -6,7 +6,7 @@
 namespace nb = nanobind;
 
 NB_MODULE(_meridian, m) {
-  m.doc() = "Meridian core (C++): configuration schema and phase router";
+  m.doc() = "Meridian core (C++): configuration schema, phase router, scheduler and KV block manager";
   m.attr("__version__") = "0.1.0";
 
   // Config and tokenizer problems are bad input: ValueError, whose text lists
@@ -25,4 +25,5 @@ NB_MODULE(_meridian, m) {
 
   meridian::python::bind_config(m);
   meridian::python::bind_router(m);
+  meridian::python::bind_scheduler(m);
 }

@@ -167,6 +167,7 @@ class KvBlockManager {
 
   [[nodiscard]] std::span<const BlockId> blocks_of(RequestId request) const;
   [[nodiscard]] bool holds_blocks(RequestId request) const;
+  /// Throw std::out_of_range (naming the block and the pool size) for an id >= num_blocks.
   [[nodiscard]] BlockTier tier_of(BlockId block) const;
   [[nodiscard]] bool is_free(BlockId block) const;
   [[nodiscard]] KvBlockUsage usage() const noexcept;

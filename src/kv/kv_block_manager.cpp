@@ -286,10 +286,22 @@ std::span<const BlockId> KvBlockManager::blocks_of(RequestId request) const {
 
 bool KvBlockManager::holds_blocks(RequestId request) const { return impl_->owned.contains(request); }
 
-BlockTier KvBlockManager::tier_of(BlockId block) const { return impl_->blocks.at(block).tier; }
+namespace {
+void check_block(BlockId block, std::size_t num_blocks) {
+  if (block >= num_blocks) {
+    throw std::out_of_range(
+        fmt::format("block {} out of range: the manager has {} blocks", block, num_blocks));
+  }
+}
+}  // namespace
+
+BlockTier KvBlockManager::tier_of(BlockId block) const {
+  check_block(block, impl_->blocks.size());
+  return impl_->blocks[block].tier;
+}
 
 bool KvBlockManager::is_free(BlockId block) const {
-  if (block >= impl_->blocks.size()) throw std::out_of_range(fmt::format("block {} out of range", block));
+  check_block(block, impl_->blocks.size());
   return impl_->lists.list_of(block) == kFreeList;
 }
 

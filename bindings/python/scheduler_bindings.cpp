@@ -1,0 +1,319 @@
+// Python view of the dual-queue scheduler, its step-cost model and the
+// phase-aware KV block manager: what an engine adapter (meridian.vllm) calls
+// once per step. Plans are returned by value, so a Python reference stays
+// valid after the next schedule() call.
+#include <nanobind/operators.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "meridian/kv_block_manager.h"
+#include "meridian/scheduler.h"
+#include "meridian/step_cost_model.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace meridian::python {
+namespace {
+
+template <typename T, std::size_t N>
+std::vector<T> to_list(const T (&values)[N]) {
+  return std::vector<T>(values, values + N);
+}
+
+void bind_cost_model(nb::module_& m) {
+  nb::class_<StepCostCoefficients>(m, "StepCostCoefficients")
+      .def(nb::init<>())
+      .def(
+          "__init__",
+          [](StepCostCoefficients* c, double base_ms, double per_token_ms, double per_kv_token_us) {
+            new (c) StepCostCoefficients{base_ms, per_token_ms, per_kv_token_us};
+          },
+          "base_ms"_a, "per_token_ms"_a, "per_kv_token_us"_a)
+      .def_rw("base_ms", &StepCostCoefficients::base_ms)
+      .def_rw("per_token_ms", &StepCostCoefficients::per_token_ms)
+      .def_rw("per_kv_token_us", &StepCostCoefficients::per_kv_token_us)
+      .def(nb::self == nb::self);
+
+  nb::class_<StepCostModel>(m, "StepCostModel")
+      .def(nb::init<StepCostCoefficients, bool, double>(), "initial"_a, "online"_a = true,
+           "forgetting_factor"_a = 0.98)
+      .def_static("from_config", &StepCostModel::from_config, "config"_a)
+      .def("predict_ms", &StepCostModel::predict_ms, "tokens"_a, "kv_tokens"_a)
+      .def("observe", &StepCostModel::observe, "tokens"_a, "kv_tokens"_a, "observed_ms"_a)
+      .def_prop_ro("coefficients", &StepCostModel::coefficients)
+      .def_prop_ro("online", &StepCostModel::online)
+      .def_prop_ro("observations", &StepCostModel::observations)
+      .def_prop_ro("rejected", &StepCostModel::rejected);
+}
+
+void bind_plan_types(nb::module_& m) {
+  nb::enum_<WorkKind>(m, "WorkKind")
+      .value("DECODE", WorkKind::kDecode)
+      .value("PREFILL", WorkKind::kPrefill)
+      .value("SWAP_IN", WorkKind::kSwapIn);
+  nb::enum_<ReclaimMode>(m, "ReclaimMode")
+      .value("RECOMPUTE", ReclaimMode::kRecompute)
+      .value("SWAP", ReclaimMode::kSwap)
+      .value("OFFLOAD", ReclaimMode::kOffload);
+
+  nb::class_<StepLimits>(m, "StepLimits")
+      .def(nb::init<>())
+      .def(
+          "__init__",
+          [](StepLimits* l, std::uint32_t token_budget, std::uint32_t max_sequences,
+             std::uint64_t free_kv_blocks, std::uint64_t free_think_kv_blocks) {
+            new (l) StepLimits{token_budget, max_sequences, free_kv_blocks, free_think_kv_blocks};
+          },
+          "token_budget"_a = StepLimits{}.token_budget, "max_sequences"_a = StepLimits{}.max_sequences,
+          "free_kv_blocks"_a = StepLimits{}.free_kv_blocks,
+          "free_think_kv_blocks"_a = StepLimits{}.free_think_kv_blocks)
+      .def_rw("token_budget", &StepLimits::token_budget)
+      .def_rw("max_sequences", &StepLimits::max_sequences)
+      .def_rw("free_kv_blocks", &StepLimits::free_kv_blocks)
+      .def_rw("free_think_kv_blocks", &StepLimits::free_think_kv_blocks);
+
+  nb::class_<ScheduledWork>(m, "ScheduledWork")
+      .def_ro("request_id", &ScheduledWork::id)
+      .def_ro("kind", &ScheduledWork::kind)
+      .def_ro("phase", &ScheduledWork::phase)
+      .def_ro("tokens", &ScheduledWork::tokens)
+      .def_ro("context_tokens", &ScheduledWork::context_tokens)
+      .def_ro("new_blocks", &ScheduledWork::new_blocks)
+      .def_ro("new_think_blocks", &ScheduledWork::new_think_blocks)
+      .def_ro("due", &ScheduledWork::due)
+      .def_ro("completes_prefill", &ScheduledWork::completes_prefill)
+      .def("__repr__", [](const ScheduledWork& w) {
+        return "ScheduledWork(request_id=" + std::to_string(w.id) +
+               ", kind=" + std::string(to_string(w.kind)) + ", phase=" + std::string(to_string(w.phase)) +
+               ", tokens=" + std::to_string(w.tokens) + ")";
+      });
+
+  nb::class_<Preemption>(m, "Preemption")
+      .def_ro("request_id", &Preemption::id)
+      .def_ro("phase", &Preemption::phase)
+      .def_ro("mode", &Preemption::mode)
+      .def_ro("blocks", &Preemption::blocks)
+      .def_ro("preemptions", &Preemption::preemptions)
+      .def("__repr__", [](const Preemption& p) {
+        return "Preemption(request_id=" + std::to_string(p.id) + ", mode=" + std::string(to_string(p.mode)) +
+               ", blocks=" + std::to_string(p.blocks) + ")";
+      });
+
+  nb::class_<StepStats>(m, "StepStats")
+      .def_ro("output_queue_depth", &StepStats::output_queue_depth)
+      .def_ro("think_queue_depth", &StepStats::think_queue_depth)
+      .def_ro("waiting_depth", &StepStats::waiting_depth)
+      .def_ro("swapped_depth", &StepStats::swapped_depth)
+      .def_ro("output_batch", &StepStats::output_batch)
+      .def_ro("think_batch", &StepStats::think_batch)
+      .def_ro("due_think", &StepStats::due_think)
+      .def_ro("prefill_requests", &StepStats::prefill_requests)
+      .def_ro("prefill_tokens", &StepStats::prefill_tokens)
+      .def_ro("stalled", &StepStats::stalled)
+      .def_ro("output_batch_budget", &StepStats::output_batch_budget)
+      .def_ro("think_batch_cap", &StepStats::think_batch_cap)
+      .def_ro("output_slo_bound", &StepStats::output_slo_bound)
+      .def_ro("step_ceiling_ms", &StepStats::step_ceiling_ms)
+      .def_ro("predicted_step_ms", &StepStats::predicted_step_ms)
+      .def_ro("total_tokens", &StepStats::total_tokens)
+      .def_ro("kv_tokens", &StepStats::kv_tokens);
+
+  nb::class_<StepPlan>(m, "StepPlan")
+      .def_ro("step", &StepPlan::step)
+      .def_ro("work", &StepPlan::work)
+      .def_ro("preemptions", &StepPlan::preemptions)
+      .def_ro("aborted", &StepPlan::aborted)
+      .def_ro("stats", &StepPlan::stats);
+
+  nb::class_<SchedulerCounters>(m, "SchedulerCounters")
+      .def_ro("steps", &SchedulerCounters::steps)
+      .def_ro("scheduled_tokens", &SchedulerCounters::scheduled_tokens)
+      .def_prop_ro("preemptions", [](const SchedulerCounters& c) { return to_list(c.preemptions); })
+      .def_ro("preempted_output", &SchedulerCounters::preempted_output)
+      .def_ro("preempted_think", &SchedulerCounters::preempted_think)
+      .def_ro("stalls", &SchedulerCounters::stalls)
+      .def_ro("aborted", &SchedulerCounters::aborted)
+      .def_ro("due_think_decodes", &SchedulerCounters::due_think_decodes)
+      .def_ro("output_slo_overruns", &SchedulerCounters::output_slo_overruns)
+      .def_ro("rejected_step_times", &SchedulerCounters::rejected_step_times);
+}
+
+void bind_scheduler_class(nb::module_& m) {
+  nb::class_<SchedulerOptions>(m, "SchedulerOptions")
+      .def(nb::init<>())
+      .def_static("from_config", &SchedulerOptions::from_config, "config"_a, "total_kv_blocks"_a)
+      .def_rw("think_tpot_budget_ms", &SchedulerOptions::think_tpot_budget_ms)
+      .def_rw("output_tpot_budget_ms", &SchedulerOptions::output_tpot_budget_ms)
+      .def_rw("think_batch_multiplier", &SchedulerOptions::think_batch_multiplier)
+      .def_rw("min_prefill_tokens_per_step", &SchedulerOptions::min_prefill_tokens_per_step)
+      .def_rw("preemption_enabled", &SchedulerOptions::preemption_enabled)
+      .def_rw("preempt_max_fraction", &SchedulerOptions::preempt_max_fraction)
+      .def_rw("preempt_readmit_guard_steps", &SchedulerOptions::preempt_readmit_guard_steps)
+      .def_rw("fabric_offload", &SchedulerOptions::fabric_offload)
+      .def_rw("block_tokens", &SchedulerOptions::block_tokens)
+      .def_rw("total_kv_blocks", &SchedulerOptions::total_kv_blocks)
+      .def_rw("think_kv_block_limit", &SchedulerOptions::think_kv_block_limit);
+
+  nb::class_<RequestView> view(m, "RequestView");
+  nb::enum_<RequestView::State>(view, "State")
+      .value("WAITING", RequestView::State::kWaiting)
+      .value("RUNNING", RequestView::State::kRunning)
+      .value("SWAPPED", RequestView::State::kSwapped);
+  view.def_ro("request_id", &RequestView::id)
+      .def_ro("phase", &RequestView::phase)
+      .def_ro("state", &RequestView::state)
+      .def_ro("prompt_tokens", &RequestView::prompt_tokens)
+      .def_ro("generated_tokens", &RequestView::generated_tokens)
+      .def_ro("context_tokens", &RequestView::context_tokens)
+      .def_ro("preemptions", &RequestView::preemptions)
+      .def_ro("last_token_ns", &RequestView::last_token_ns);
+
+  nb::class_<DualQueueScheduler>(m, "DualQueueScheduler")
+      .def(nb::init<const SchedulerOptions&, StepCostModel>(), "options"_a, "cost_model"_a)
+      .def(
+          "add",
+          [](DualQueueScheduler& s, RequestId id, std::uint32_t prompt_tokens, Phase phase,
+             std::uint32_t cached_prompt_tokens, std::int64_t arrival_ns) {
+            s.add(NewRequest{id, phase, prompt_tokens, cached_prompt_tokens, arrival_ns});
+          },
+          "request_id"_a, "prompt_tokens"_a, "phase"_a = Phase::kThinkDecode, "cached_prompt_tokens"_a = 0,
+          "arrival_ns"_a = 0)
+      .def("set_phase", &DualQueueScheduler::set_phase, "request_id"_a, "phase"_a)
+      .def("finish", &DualQueueScheduler::finish, "request_id"_a)
+      .def(
+          "schedule",
+          [](DualQueueScheduler& s, const StepLimits& limits, std::int64_t now_ns) {
+            return StepPlan(s.schedule(limits, now_ns));
+          },
+          "limits"_a, "now_ns"_a)
+      .def(
+          "complete_step",
+          [](DualQueueScheduler& s, double observed_ms, std::int64_t end_ns,
+             const std::vector<RequestId>& not_run) { s.complete_step(observed_ms, end_ns, not_run); },
+          "observed_ms"_a, "end_ns"_a, "not_run"_a = std::vector<RequestId>{})
+      .def("view", &DualQueueScheduler::view, "request_id"_a)
+      .def("__len__", &DualQueueScheduler::size)
+      .def_prop_ro("counters", &DualQueueScheduler::counters)
+      .def_prop_ro("cost_model", &DualQueueScheduler::cost_model)
+      .def_prop_ro("options", &DualQueueScheduler::options);
+}
+
+void bind_block_manager(nb::module_& m) {
+  nb::enum_<BlockTier>(m, "BlockTier")
+      .value("THINK_COMPLETE", BlockTier::kThinkComplete)
+      .value("THINK_ACTIVE", BlockTier::kThinkActive)
+      .value("OUTPUT_CRITICAL", BlockTier::kOutputCritical);
+  nb::enum_<ReclaimAction>(m, "ReclaimAction")
+      .value("EVICT_CACHED", ReclaimAction::kEvictCached)
+      .value("OFFLOAD", ReclaimAction::kOffload);
+  nb::enum_<AllocStatus>(m, "AllocStatus")
+      .value("OK", AllocStatus::kOk)
+      .value("OUT_OF_BLOCKS", AllocStatus::kOutOfBlocks)
+      .value("THINK_LIMIT", AllocStatus::kThinkLimit)
+      .value("INVALID_TIER", AllocStatus::kInvalidTier);
+  nb::enum_<ReleaseKind>(m, "ReleaseKind")
+      .value("FINISHED", ReleaseKind::kFinished)
+      .value("RECOMPUTE", ReleaseKind::kRecompute)
+      .value("SWAP", ReleaseKind::kSwap)
+      .value("OFFLOAD", ReleaseKind::kOffload)
+      .value("ABORT", ReleaseKind::kAbort);
+
+  nb::class_<ReclaimedBlock>(m, "ReclaimedBlock")
+      .def_ro("block", &ReclaimedBlock::block)
+      .def_ro("owner", &ReclaimedBlock::owner)
+      .def_ro("tier", &ReclaimedBlock::tier)
+      .def_ro("action", &ReclaimedBlock::action);
+  nb::class_<AllocResult>(m, "AllocResult")
+      .def_ro("status", &AllocResult::status)
+      .def_ro("blocks", &AllocResult::blocks)
+      .def_ro("reclaimed", &AllocResult::reclaimed)
+      .def_prop_ro("ok", &AllocResult::ok)
+      .def("__bool__", &AllocResult::ok);
+
+  nb::class_<KvBlockManagerOptions>(m, "KvBlockManagerOptions")
+      .def(nb::init<>())
+      .def_static("from_config", &KvBlockManagerOptions::from_config, "config"_a, "capacity_bytes"_a)
+      .def_rw("num_blocks", &KvBlockManagerOptions::num_blocks)
+      .def_rw("block_size_bytes", &KvBlockManagerOptions::block_size_bytes)
+      .def_rw("think_phase_memory_fraction", &KvBlockManagerOptions::think_phase_memory_fraction)
+      .def_rw("aggressive_think_eviction", &KvBlockManagerOptions::aggressive_think_eviction)
+      .def_rw("fabric_offload", &KvBlockManagerOptions::fabric_offload);
+
+  nb::class_<KvBlockCounters>(m, "KvBlockCounters")
+      .def_ro("allocated_blocks", &KvBlockCounters::allocated_blocks)
+      .def_ro("failed_allocations", &KvBlockCounters::failed_allocations)
+      .def_prop_ro("evicted_cached", [](const KvBlockCounters& c) { return to_list(c.evicted_cached); })
+      .def_prop_ro("offloaded_live", [](const KvBlockCounters& c) { return to_list(c.offloaded_live); })
+      .def_prop_ro("released_live", [](const KvBlockCounters& c) { return to_list(c.released_live); })
+      .def_ro("dropped_think_complete", &KvBlockCounters::dropped_think_complete)
+      .def_ro("demoted_blocks", &KvBlockCounters::demoted_blocks)
+      .def_ro("output_critical_eviction_events", &KvBlockCounters::output_critical_eviction_events)
+      .def_ro("prefix_hit_blocks", &KvBlockCounters::prefix_hit_blocks)
+      .def_ro("prefix_lookup_blocks", &KvBlockCounters::prefix_lookup_blocks)
+      .def("evictions", &KvBlockCounters::evictions, "tier"_a);
+
+  nb::class_<KvBlockUsage>(m, "KvBlockUsage")
+      .def_ro("total_blocks", &KvBlockUsage::total_blocks)
+      .def_ro("free_blocks", &KvBlockUsage::free_blocks)
+      .def_prop_ro("live_blocks", [](const KvBlockUsage& u) { return to_list(u.live_blocks); })
+      .def_prop_ro("cached_blocks", [](const KvBlockUsage& u) { return to_list(u.cached_blocks); })
+      .def_ro("think_block_limit", &KvBlockUsage::think_block_limit)
+      .def_ro("block_size_bytes", &KvBlockUsage::block_size_bytes)
+      .def_ro("allocatable_blocks", &KvBlockUsage::allocatable_blocks)
+      .def_prop_ro("used_blocks", &KvBlockUsage::used_blocks)
+      .def_prop_ro("used_bytes", &KvBlockUsage::used_bytes)
+      .def_prop_ro("think_headroom", &KvBlockUsage::think_headroom);
+
+  nb::class_<KvBlockManager>(m, "KvBlockManager")
+      .def(nb::init<const KvBlockManagerOptions&>(), "options"_a)
+      .def(
+          "allocate",
+          [](KvBlockManager& k, RequestId request, BlockTier tier, std::uint32_t count,
+             const std::vector<std::uint64_t>& hashes) { return k.allocate(request, tier, count, hashes); },
+          "request_id"_a, "tier"_a, "count"_a, "hashes"_a = std::vector<std::uint64_t>{})
+      .def(
+          "attach_prefix",
+          [](KvBlockManager& k, RequestId request, const std::vector<std::uint64_t>& hashes) {
+            return k.attach_prefix(request, hashes);
+          },
+          "request_id"_a, "hashes"_a)
+      .def(
+          "match_prefix",
+          [](const KvBlockManager& k, const std::vector<std::uint64_t>& hashes) {
+            return k.match_prefix(hashes);
+          },
+          "hashes"_a)
+      .def("demote_think_blocks", &KvBlockManager::demote_think_blocks, "request_id"_a)
+      .def("release", &KvBlockManager::release, "request_id"_a, "kind"_a, "answer_phase"_a = false)
+      .def("touch", &KvBlockManager::touch, "request_id"_a)
+      .def(
+          "blocks_of",
+          [](const KvBlockManager& k, RequestId request) {
+            const auto blocks = k.blocks_of(request);
+            return std::vector<BlockId>(blocks.begin(), blocks.end());
+          },
+          "request_id"_a)
+      .def("holds_blocks", &KvBlockManager::holds_blocks, "request_id"_a)
+      .def("tier_of", &KvBlockManager::tier_of, "block"_a)
+      .def("is_free", &KvBlockManager::is_free, "block"_a)
+      .def_prop_ro("usage", &KvBlockManager::usage)
+      .def_prop_ro("counters", &KvBlockManager::counters)
+      .def_prop_ro("options", &KvBlockManager::options)
+      .def("check_invariants", &KvBlockManager::check_invariants);
+
+  m.def("think_block_limit", &think_block_limit, "think_phase_memory_fraction"_a, "total_blocks"_a);
+}
+
+}  // namespace
+
+void bind_scheduler(nb::module_& m) {
+  bind_cost_model(m);
+  bind_plan_types(m);
+  bind_scheduler_class(m);
+  bind_block_manager(m);
+}
+
+}  // namespace meridian::python
