@@ -80,8 +80,8 @@ lint:
 # Benchmarks measure a Release build, the optimisation level of the wheel.
 bench: setup
 	@cmake -S . -B $(BUILD_DIR)-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DMERIDIAN_BUILD_TESTS=OFF \
-	  -DMERIDIAN_BUILD_BENCH=ON -DMERIDIAN_BUILD_APPS=ON $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(BUILD_DIR)-release -j $(JOBS) --target meridian_microbench meridian_cli
+	  -DMERIDIAN_BUILD_BENCH=ON -DMERIDIAN_BUILD_APPS=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_DIR)-release -j $(JOBS) --target meridian_microbench
 	@$(PYTHON) benchmarks/run_microbench.py --binary $(BUILD_DIR)-release/bin/meridian-microbench \
 	  --out bench-out/microbench.json
 

@@ -110,6 +110,10 @@ struct DualQueueScheduler::Impl {
     return static_cast<std::uint32_t>(block_shift >= 0 ? rounded_up >> block_shift
                                                        : rounded_up / opt.block_tokens);
   }
+  // Whether `tokens` fills whole blocks, so the next token opens a new one.
+  [[nodiscard]] bool block_boundary(std::uint64_t tokens) const {
+    return block_shift >= 0 ? (tokens & (opt.block_tokens - 1)) == 0 : tokens % opt.block_tokens == 0;
+  }
   [[nodiscard]] std::uint32_t new_blocks(std::uint32_t context, std::uint32_t n) const {
     return blocks_for(std::uint64_t{context} + n) - blocks_for(context);
   }
@@ -228,14 +232,12 @@ struct DualQueueScheduler::Impl {
   // Schedules one decode; mandatory work may preempt. Returns whether it ran.
   [[gnu::always_inline]] bool try_decode(std::uint32_t s, bool mandatory, bool due) {
     Slot& r = table.at(s);
-    // One token needs a new block only when the last one is full (computed is
-    // a multiple of block_tokens); the general formulas are the slow path.
-    const bool block_full =
-        block_shift >= 0 ? (r.computed & (opt.block_tokens - 1)) == 0 : r.computed % opt.block_tokens == 0;
+    // One token needs a new block only when the last one is full; the think
+    // formula is the slow path.
     std::uint32_t nb = 0;
     std::uint32_t ntb = 0;
-    if (block_full) {
-      nb = new_blocks(r.computed, 1);
+    if (block_boundary(r.computed)) {
+      nb = 1;
       ntb = new_think_blocks(r, r.computed, 1);
       if ((nb > free_blocks || ntb > free_think) &&
           !(mandatory && preempt_for(s, nb, ntb, r.phase == Phase::kOutputDecode))) {
