@@ -51,7 +51,10 @@ void bind_config(nb::module_& m) {
       .def_rw("rpdi_threshold", &EntropyConfig::rpdi_threshold)
       .def_rw("eat_ema_variance_threshold", &EntropyConfig::eat_ema_variance_threshold)
       .def_rw("transition_entropy_threshold", &EntropyConfig::transition_entropy_threshold)
-      .def_rw("eat_probe_interval_tokens", &EntropyConfig::eat_probe_interval_tokens);
+      .def_rw("eat_probe_interval_tokens", &EntropyConfig::eat_probe_interval_tokens)
+      .def_rw("eat_min_samples", &EntropyConfig::eat_min_samples)
+      .def_rw("rpdi_window_tokens", &EntropyConfig::rpdi_window_tokens)
+      .def_rw("rpdi_min_samples", &EntropyConfig::rpdi_min_samples);
   nb::class_<KvMemoryConfig>(m, "KvMemoryConfig")
       .def(nb::init<>())
       .def_rw("aggressive_think_eviction", &KvMemoryConfig::aggressive_think_eviction)

@@ -54,6 +54,9 @@ struct EntropyConfig {
   double eat_ema_variance_threshold = 0.001;     ///< > 0 (nats^2)
   double transition_entropy_threshold = 2.5;     ///< > 0 (nats)
   std::uint32_t eat_probe_interval_tokens = 32;  ///< >= 1
+  std::uint32_t eat_min_samples = 16;            ///< >= 2; EAT samples before convergence can fire
+  std::uint32_t rpdi_window_tokens = 128;        ///< >= 1; sampled think tokens in the local window
+  std::uint32_t rpdi_min_samples = 512;          ///< >= rpdi_window_tokens; before overthinking can fire
 
   friend bool operator==(const EntropyConfig&, const EntropyConfig&) = default;
 };

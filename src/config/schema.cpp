@@ -108,7 +108,7 @@ constexpr std::array<Field<SC>, 16> kScheduler{{
 }};
 
 using EC = EntropyConfig;
-constexpr std::array<Field<EC>, 6> kEntropy{{
+constexpr std::array<Field<EC>, 9> kEntropy{{
     {"enabled", &EC::enabled, none(), {}, "entropy-driven forcing on (false: hard cap only)"},
     {"ema_alpha", &EC::ema_alpha, {Bound{0, true}, Bound{1, false}}, {}, "EMA decay of EAT samples"},
     {"rpdi_threshold",
@@ -131,6 +131,21 @@ constexpr std::array<Field<EC>, 6> kEntropy{{
      {Bound{1, false}, Bound{kU32Max, false}},
      {},
      "EAT is sampled every N think tokens"},
+    {"eat_min_samples",
+     &EC::eat_min_samples,
+     {Bound{2, false}, Bound{kU32Max, false}},
+     {},
+     "EAT samples needed before convergence can be declared"},
+    {"rpdi_window_tokens",
+     &EC::rpdi_window_tokens,
+     {Bound{1, false}, Bound{kU32Max, false}},
+     {},
+     "sampled think tokens in the RPDI local window"},
+    {"rpdi_min_samples",
+     &EC::rpdi_min_samples,
+     {Bound{1, false}, Bound{kU32Max, false}},
+     {},
+     "sampled think tokens needed before overthinking can be declared"},
 }};
 
 using KC = KvMemoryConfig;

@@ -19,6 +19,7 @@ class Validator {
     schema::for_each_section(
         [&](const auto& section) { check_ranges(config.*section.member, section.fields, section.name); });
     check_scheduler(config.scheduler);
+    check_entropy(config.entropy);
     check_kv_memory(config.kv_memory);
     check_disagg(config.disagg);
     check_telemetry(config.telemetry);
@@ -65,6 +66,17 @@ class Validator {
           fmt::format("scheduler.min_think_tokens must be < scheduler.max_think_tokens; got "
                       "min_think_tokens = {}, max_think_tokens = {}",
                       s.min_think_tokens, s.max_think_tokens));
+    }
+  }
+
+  void check_entropy(const EntropyConfig& e) {
+    // The local window is part of the global sample; a global count smaller than
+    // the window would make the ratio compare a window with itself.
+    if (e.rpdi_min_samples < e.rpdi_window_tokens) {
+      add("entropy.rpdi_min_samples",
+          fmt::format("entropy.rpdi_min_samples must be >= entropy.rpdi_window_tokens; got "
+                      "rpdi_min_samples = {}, rpdi_window_tokens = {}",
+                      e.rpdi_min_samples, e.rpdi_window_tokens));
     }
   }
 

@@ -70,6 +70,11 @@ INSTANTIATE_TEST_SUITE_P(
                 "entropy.eat_ema_variance_threshold must be > 0; got 0.0"},
         BadCase{"[entropy]\ntransition_entropy_threshold = -1", "entropy.transition_entropy_threshold",
                 "entropy.transition_entropy_threshold must be > 0; got -1.0"},
+        BadCase{"[entropy]\neat_min_samples = 1", "entropy.eat_min_samples",
+                "entropy.eat_min_samples must be in [2, 4294967295]; got 1"},
+        BadCase{"[entropy]\nrpdi_window_tokens = 256\nrpdi_min_samples = 100", "entropy.rpdi_min_samples",
+                "entropy.rpdi_min_samples must be >= entropy.rpdi_window_tokens; got rpdi_min_samples = 100, "
+                "rpdi_window_tokens = 256"},
         BadCase{"[entropy]\neat_probe_interval_tokens = 0", "entropy.eat_probe_interval_tokens",
                 "entropy.eat_probe_interval_tokens must be in [1, 4294967295]; got 0"},
         BadCase{"[kv_memory]\nthink_phase_memory_fraction = 1.0", "kv_memory.think_phase_memory_fraction",
@@ -173,7 +178,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "entropy.alpha is not a known key of [entropy]; did you mean 'ema_alpha'?"},
         BadCase{"[entropy]\nfoo = 0.1", "entropy.foo",
                 "entropy.foo is not a known key of [entropy] (known: enabled, ema_alpha, rpdi_threshold, "
-                "eat_ema_variance_threshold, transition_entropy_threshold, eat_probe_interval_tokens)"},
+                "eat_ema_variance_threshold, transition_entropy_threshold, eat_probe_interval_tokens, "
+                "eat_min_samples, rpdi_window_tokens, rpdi_min_samples)"},
         BadCase{"[kv_memory]\ncapacity = 5", "kv_memory.capacity",
                 "kv_memory.capacity is not a known key of [kv_memory]; did you mean 'capacity_bytes'?"},
         BadCase{"[disagg]\nfabrik = \"nixl\"", "disagg.fabrik",
