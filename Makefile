@@ -13,8 +13,8 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 CMAKE_FLAGS ?=
 
-SOURCES := $(shell git ls-files '*.cpp' '*.h' 2>/dev/null || find include src apps tests benchmarks bindings -name '*.cpp' -o -name '*.h')
-TIDY_SOURCES := $(shell git ls-files 'src/*.cpp' 'apps/*.cpp' 2>/dev/null)
+SOURCES := $(shell git ls-files '*.cpp' '*.h' '*.cu' 2>/dev/null || find include src apps tests benchmarks bindings -name '*.cpp' -o -name '*.h')
+TIDY_SOURCES := $(shell git ls-files 'src/*.cpp' 'apps/*.cpp' 'kernels/*.cpp' 2>/dev/null)
 
 .PHONY: all setup build test test-cpp test-sanitizers test-python test-package test-install lint format format-check bench demo clean
 
@@ -80,10 +80,11 @@ lint:
 # Benchmarks measure a Release build, the optimisation level of the wheel.
 bench: setup
 	@cmake -S . -B $(BUILD_DIR)-release -G Ninja -DCMAKE_BUILD_TYPE=Release -DMERIDIAN_BUILD_TESTS=OFF \
-	  -DMERIDIAN_BUILD_BENCH=ON -DMERIDIAN_BUILD_APPS=OFF $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(BUILD_DIR)-release -j $(JOBS) --target meridian_microbench
+	  -DMERIDIAN_BUILD_BENCH=ON -DMERIDIAN_BUILD_APPS=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD_DIR)-release -j $(JOBS) --target meridian_microbench meridian_cli
 	@$(PYTHON) benchmarks/run_microbench.py --binary $(BUILD_DIR)-release/bin/meridian-microbench \
 	  --out bench-out/microbench.json
+	@$(PYTHON) benchmarks/run_probe_bench.py --cli $(BUILD_DIR)-release/bin/meridian --out bench-out/probe.json
 
 # Only what the demo needs: the CLI and its libraries (no test or lint tools).
 demo:

@@ -36,6 +36,10 @@ RATIOS = [
      "BM_NaiveKvAllocateEvict", "BM_KvAllocateEvict", "(context)"),
     ("naive scan / block manager: allocate + demote + release, per block",
      "BM_NaiveKvExitThinkCycle", "BM_KvExitThinkCycle", "(context)"),
+    ("float64 reference / probe kernel, 16 rows x 151,936 (1 thread)",
+     "BM_ProbeReference/16", "BM_ProbeKernel/16", "(context)"),
+    ("probe kernel / streaming read, 16 rows x 151,936 (time ratio; 1/x = share of bandwidth)",
+     "BM_ProbeKernel/16", "BM_ProbeStreamRead/16", "<= 1.43 (>= 70% of bandwidth)"),
 ]
 
 # (label, benchmark, counter, target description): absolute per-step

@@ -11,4 +11,7 @@ namespace meridian::cli {
 /// Registers `check-config`; the returned function runs it after parsing.
 std::function<int()> add_check_config(CLI::App& app);
 
+/// Registers `bench-probe` (the entropy-probe kernel benchmark).
+std::function<int()> add_bench_probe(CLI::App& app);
+
 }  // namespace meridian::cli

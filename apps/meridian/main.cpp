@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   std::vector<std::pair<CLI::App*, std::function<int()>>> commands;
   auto run_check_config = meridian::cli::add_check_config(app);
   commands.emplace_back(app.get_subcommand("check-config"), run_check_config);
+  auto run_bench_probe = meridian::cli::add_bench_probe(app);
+  commands.emplace_back(app.get_subcommand("bench-probe"), run_bench_probe);
 
   CLI11_PARSE(app, argc, argv);
   try {

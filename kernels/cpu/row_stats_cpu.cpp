@@ -50,8 +50,9 @@ void LogitsView::validate(std::span<const TokenId> end_think_ids, std::size_t ou
   if (!row_vocab.empty() && row_vocab.size() != rows) {
     throw KernelError(fmt::format("logits: row_vocab has {} entries for {} rows", row_vocab.size(), rows));
   }
-  if (out_rows < rows)
+  if (out_rows < rows) {
     throw KernelError(fmt::format("logits: output holds {} rows, need {}", out_rows, rows));
+  }
   for (std::size_t r = 0; r < rows; ++r) {
     const std::size_t v = vocab_of(r);
     if (v == 0) throw KernelError(fmt::format("logits: row {} has vocab size 0", r));
@@ -118,8 +119,9 @@ RowStats reference_row(const T* row, std::size_t vocab, std::span<const TokenId>
     }
   }
   if (flags != 0) return kernels::finish_row(kernels::empty_partial(), 0.0, -1, flags);
-  if (m == -std::numeric_limits<double>::infinity())
+  if (m == -std::numeric_limits<double>::infinity()) {
     return kernels::finish_row(kernels::empty_partial(), 0.0, -1, 0);
+  }
   double s = 0.0;
   double d = 0.0;
   for (std::size_t i = 0; i < vocab; ++i) {

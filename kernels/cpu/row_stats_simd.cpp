@@ -23,7 +23,7 @@
 
 #include "common/row_stats_math.h"
 #include "cpu/row_stats_internal.h"
-#include <hwy/contrib/math/math-inl.h>
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 HWY_BEFORE_NAMESPACE();
@@ -33,8 +33,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 1,024 floats (4 KiB): fits L1 beside the source chunk, and long enough
 // that the per-chunk scalar work is noise.
 constexpr std::size_t kChunk = 1024;
-// e^-110 underflows to exactly 0 in float, so clamping x - m there turns
-// -inf logits into zero terms instead of -inf * 0 = NaN.
+// Exponents are clamped from below so -inf logits give a finite term, not
+// -inf * 0 = NaN: 2^-125 (~2e-38) in the SIMD loop, where the result must
+// stay a normal float, and e^-110 (0 in float) in the scalar tail. Either
+// is below 1e-30 of the sum, which is at least 1.
+constexpr float kMinExponent2 = -125.0F;
 constexpr float kMinExponent = -110.0F;
 
 using DF = hn::ScalableTag<float>;
@@ -84,34 +87,56 @@ HWY_INLINE float chunk_max(DF df, const float* HWY_RESTRICT x, std::size_t n, bo
   return hn::GetLane(hn::MaxOfLanes(df, hn::Max(m0, m1)));
 }
 
+// 2^u for u in [-125, 0], to ~1e-7 relative: 2^u = 2^n * 2^f with n =
+// round(u), f in [-0.5, 0.5], 2^f by a degree-6 minimax polynomial (Cephes'
+// exp2f coefficients), and 2^n added straight into the exponent bits. Half
+// the instructions of a general exp, which is what bounds this kernel.
+HWY_INLINE hn::Vec<DF> exp2_nonpositive(DF df, hn::Vec<DF> u) {
+  const hn::RebindToSigned<DF> di;
+  const auto n = hn::Round(u);
+  const auto f = hn::Sub(u, n);
+  auto p = hn::Set(df, 1.535336188319500e-4F);
+  p = hn::MulAdd(p, f, hn::Set(df, 1.339887440266574e-3F));
+  p = hn::MulAdd(p, f, hn::Set(df, 9.618437357674640e-3F));
+  p = hn::MulAdd(p, f, hn::Set(df, 5.550332471162809e-2F));
+  p = hn::MulAdd(p, f, hn::Set(df, 2.402264791363012e-1F));
+  p = hn::MulAdd(p, f, hn::Set(df, 6.931472028550421e-1F));
+  p = hn::MulAdd(p, f, hn::Set(df, 1.0F));
+  return hn::BitCast(df, hn::Add(hn::BitCast(di, p), hn::ShiftLeft<23>(hn::ConvertTo(di, n))));
+}
+
 // Adds e^(x-m) and e^(x-m)(x-m) over a float chunk (n a multiple of lanes).
+// Works in base 2: u = (x-m) log2(e), e^(x-m) = 2^u, and the second sum is
+// kept as sum 2^u * u and scaled by ln 2 once per chunk.
 HWY_INLINE void chunk_sums(DF df, const float* HWY_RESTRICT x, std::size_t n, float m, double& s, double& d) {
   const std::size_t lanes = hn::Lanes(df);
   const auto vm = hn::Set(df, m);
-  const auto floor = hn::Set(df, kMinExponent);
+  const auto log2e = hn::Set(df, 1.44269504088896341F);
+  const auto floor = hn::Set(df, kMinExponent2);
   auto s0 = hn::Zero(df);
   auto s1 = hn::Zero(df);
   auto d0 = hn::Zero(df);
   auto d1 = hn::Zero(df);
   std::size_t i = 0;
   for (; i + 2 * lanes <= n; i += 2 * lanes) {
-    const auto t0 = hn::Max(hn::Sub(hn::LoadU(df, x + i), vm), floor);
-    const auto t1 = hn::Max(hn::Sub(hn::LoadU(df, x + i + lanes), vm), floor);
-    const auto e0 = hn::Exp(df, t0);
-    const auto e1 = hn::Exp(df, t1);
+    const auto u0 = hn::Max(hn::Mul(hn::Sub(hn::LoadU(df, x + i), vm), log2e), floor);
+    const auto u1 = hn::Max(hn::Mul(hn::Sub(hn::LoadU(df, x + i + lanes), vm), log2e), floor);
+    const auto e0 = exp2_nonpositive(df, u0);
+    const auto e1 = exp2_nonpositive(df, u1);
     s0 = hn::Add(s0, e0);
     s1 = hn::Add(s1, e1);
-    d0 = hn::MulAdd(e0, t0, d0);
-    d1 = hn::MulAdd(e1, t1, d1);
+    d0 = hn::MulAdd(e0, u0, d0);
+    d1 = hn::MulAdd(e1, u1, d1);
   }
   for (; i < n; i += lanes) {
-    const auto t0 = hn::Max(hn::Sub(hn::LoadU(df, x + i), vm), floor);
-    const auto e0 = hn::Exp(df, t0);
+    const auto u0 = hn::Max(hn::Mul(hn::Sub(hn::LoadU(df, x + i), vm), log2e), floor);
+    const auto e0 = exp2_nonpositive(df, u0);
     s0 = hn::Add(s0, e0);
-    d0 = hn::MulAdd(e0, t0, d0);
+    d0 = hn::MulAdd(e0, u0, d0);
   }
+  constexpr double kLn2 = 0.69314718055994530942;
   s += static_cast<double>(hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1))));
-  d += static_cast<double>(hn::GetLane(hn::SumOfLanes(df, hn::Add(d0, d1))));
+  d += kLn2 * static_cast<double>(hn::GetLane(hn::SumOfLanes(df, hn::Add(d0, d1))));
 }
 
 template <typename T>
@@ -128,8 +153,9 @@ RowStats row_stats_typed(const T* HWY_RESTRICT row, std::size_t vocab, std::span
     if constexpr (std::is_same_v<T, float>) {
       chunk = row + start;
     } else {
-      for (std::size_t i = 0; i < n; i += lanes)
+      for (std::size_t i = 0; i < n; i += lanes) {
         hn::Store(load_widened(df, row + start + i), df, widened + i);
+      }
       chunk = widened;
     }
     bool has_nan = false;
@@ -138,6 +164,13 @@ RowStats row_stats_typed(const T* HWY_RESTRICT row, std::size_t vocab, std::span
     if (cm > acc.m) {
       acc = rebase(acc, cm);
       best_chunk = start;
+    }
+    // Ask for the next chunk now, so memory works while the sums below run
+    // from L1 (otherwise the two alternate and their times add up).
+    if (start + kChunk < vector_end) {
+      const auto* next = reinterpret_cast<const char*>(row + start + kChunk);
+      const std::size_t next_bytes = std::min(kChunk, vector_end - start - kChunk) * sizeof(T);
+      for (std::size_t b = 0; b < next_bytes; b += 64) hwy::Prefetch(next + b);
     }
     if (acc.m != -std::numeric_limits<float>::infinity()) chunk_sums(df, chunk, n, acc.m, acc.s, acc.d);
   }

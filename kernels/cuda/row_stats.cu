@@ -8,10 +8,6 @@
 // otherwise each block writes its partial, and the last block of the row to
 // arrive (an atomic counter) merges them in double and finishes the row.
 // The merge and finish formulas are the CPU kernel's (row_stats_math.h).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +15,9 @@
 
 #include "common/row_stats_math.h"
 #include "meridian/cuda_row_stats.h"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 namespace meridian::cuda {
 namespace {
@@ -51,9 +50,7 @@ struct KernelParams {
   unsigned* arrivals;     // [rows], zero between launches
 };
 
-__device__ __forceinline__ ThreadState empty_state() {
-  return {-INFINITY, 0.0F, 0.0F, -INFINITY, -1, 0U};
-}
+__device__ __forceinline__ ThreadState empty_state() { return {-INFINITY, 0.0F, 0.0F, -INFINITY, -1, 0U}; }
 
 __device__ __forceinline__ float widen(float x) { return x; }
 __device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -90,7 +87,8 @@ __device__ __forceinline__ void observe(ThreadState& st, float x, std::int32_t i
 __device__ __forceinline__ ThreadState merge_states(const ThreadState& a, const ThreadState& b) {
   ThreadState out;
   out.flags = a.flags | b.flags;
-  if (b.best > a.best || (b.best == a.best && b.best_index >= 0 && (a.best_index < 0 || b.best_index < a.best_index))) {
+  if (b.best > a.best ||
+      (b.best == a.best && b.best_index >= 0 && (a.best_index < 0 || b.best_index < a.best_index))) {
     out.best = b.best;
     out.best_index = b.best_index;
   } else {
@@ -226,7 +224,8 @@ __global__ void __launch_bounds__(kThreads) row_stats_kernel(KernelParams p) {
       const float part_best = parts[k].best;
       const std::int32_t part_index = parts[k].best_index;
       flags |= parts[k].flags;
-      total = kernels::merge(total, kernels::PartialRow{part_m, static_cast<double>(part_s), static_cast<double>(part_d)});
+      total = kernels::merge(
+          total, kernels::PartialRow{part_m, static_cast<double>(part_s), static_cast<double>(part_d)});
       // Splits come in index order, so a strict > keeps the first index of the max.
       if (part_index >= 0 && part_best > best) {
         best = part_best;
@@ -307,7 +306,8 @@ CudaRowStatsKernel::CudaRowStatsKernel(int device) : impl_(std::make_unique<Impl
                       " visible)");
   }
   impl_->device = device;
-  check(cudaDeviceGetAttribute(&impl_->sm_count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&impl_->sm_count, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute");
 }
 
 CudaRowStatsKernel::~CudaRowStatsKernel() = default;
@@ -321,15 +321,16 @@ unsigned CudaRowStatsKernel::splits_for(const LogitsView& view) const noexcept {
   return static_cast<unsigned>(std::clamp<std::size_t>(std::min(by_occupancy, by_size), 1, 65535));
 }
 
-void CudaRowStatsKernel::launch(const LogitsView& view, std::span<const TokenId> end_think_ids, RowStats* out_device,
-                                void* stream) {
+void CudaRowStatsKernel::launch(const LogitsView& view, std::span<const TokenId> end_think_ids,
+                                RowStats* out_device, void* stream) {
   view.validate(end_think_ids, view.rows);
   if (view.rows == 0) return;
   if (end_think_ids.size() > kMaxEndIds) {
     throw KernelError("CUDA kernel takes at most " + std::to_string(kMaxEndIds) + " end-of-think ids; got " +
                       std::to_string(end_think_ids.size()));
   }
-  if (view.rows > 65535) throw KernelError("CUDA kernel takes at most 65535 rows; got " + std::to_string(view.rows));
+  if (view.rows > 65535)
+    throw KernelError("CUDA kernel takes at most 65535 rows; got " + std::to_string(view.rows));
   check(cudaSetDevice(impl_->device), "cudaSetDevice");
   auto* s = static_cast<cudaStream_t>(stream);
   KernelParams params{};
@@ -361,15 +362,9 @@ void CudaRowStatsKernel::launch(const LogitsView& view, std::span<const TokenId>
   }
   const dim3 grid(params.splits, static_cast<unsigned>(view.rows));
   switch (view.dtype) {
-    case LogitsDType::kFloat32:
-      row_stats_kernel<float><<<grid, kThreads, 0, s>>>(params);
-      break;
-    case LogitsDType::kBFloat16:
-      row_stats_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(params);
-      break;
-    case LogitsDType::kFloat16:
-      row_stats_kernel<__half><<<grid, kThreads, 0, s>>>(params);
-      break;
+    case LogitsDType::kFloat32: row_stats_kernel<float><<<grid, kThreads, 0, s>>>(params); break;
+    case LogitsDType::kBFloat16: row_stats_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(params); break;
+    case LogitsDType::kFloat16: row_stats_kernel<__half><<<grid, kThreads, 0, s>>>(params); break;
   }
   check(cudaGetLastError(), "row_stats_kernel launch");
 }
