@@ -1,9 +1,9 @@
 // The entropy-probe kernel against the float64 scalar reference and a
 // streaming read of the same bytes, on a decode-step batch of Qwen3 rows.
-#include <benchmark/benchmark.h>
-
 #include <random>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "meridian/row_stats.h"
 

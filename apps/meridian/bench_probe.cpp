@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
-#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,9 +17,8 @@
 #include "commands.h"
 #include "meridian/row_stats.h"
 #if MERIDIAN_HAVE_CUDA
-#include <cuda_runtime.h>
-
 #include "meridian/cuda_row_stats.h"
+#include <cuda_runtime.h>
 #endif
 
 namespace meridian::cli {
@@ -80,7 +79,8 @@ std::vector<std::uint8_t> make_logits(const BenchProbeOptions& o, LogitsDType dt
       const int exponent = static_cast<int>((bits >> 23U) & 0xFFU) - 127 + 15;
       auto h = static_cast<std::uint16_t>(sign);
       if (exponent > 0) {
-        h = static_cast<std::uint16_t>(sign | (static_cast<std::uint32_t>(exponent) << 10U) | ((bits >> 13U) & 0x3FFU));
+        h = static_cast<std::uint16_t>(sign | (static_cast<std::uint32_t>(exponent) << 10U) |
+                                       ((bits >> 13U) & 0x3FFU));
       }
       std::memcpy(bytes.data() + i * 2, &h, 2);
     }
@@ -136,7 +136,8 @@ int run_bench_probe_cuda(const BenchProbeOptions& o, LogitsView view, const std:
   const int reps = 50;
   const double kernel_s = time_device(stream, reps, [&] { kernel.launch(view, end_ids, out, stream); });
   const double copy_s = time_device(stream, reps, [&] {
-    cuda_check(cudaMemcpyAsync(copy, logits, bytes.size(), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+    cuda_check(cudaMemcpyAsync(copy, logits, bytes.size(), cudaMemcpyDeviceToDevice, stream),
+               "cudaMemcpyAsync");
   });
   const auto b = static_cast<double>(bytes.size());
   report["splits_per_row"] = kernel.splits_for(view);
@@ -156,7 +157,8 @@ int run_bench_probe_cuda(const BenchProbeOptions& o, LogitsView view, const std:
 
 int run_bench_probe(const BenchProbeOptions& o) {
   const auto dtype = parse_dtype(o.dtype);
-  if (!dtype) throw std::invalid_argument(fmt::format("--dtype must be fp32, bf16 or fp16; got '{}'", o.dtype));
+  if (!dtype)
+    throw std::invalid_argument(fmt::format("--dtype must be fp32, bf16 or fp16; got '{}'", o.dtype));
   if (o.rows == 0 || o.vocab == 0) throw std::invalid_argument("--rows and --vocab must be >= 1");
   if (o.device != "cpu" && o.device != "cuda") {
     throw std::invalid_argument(fmt::format("--device must be cpu or cuda; got '{}'", o.device));
@@ -189,7 +191,8 @@ int run_bench_probe(const BenchProbeOptions& o) {
   const CpuRowStatsOptions cpu{.max_threads = o.threads, .min_bytes_per_thread = 1};
   const auto kernel = time_calls(o.min_time_s, [&] { compute_row_stats_cpu(view, end_ids, out, cpu); });
   volatile float sink = 0;
-  const auto stream = time_calls(o.min_time_s, [&] { sink = sink + stream_read_sum(bytes.data(), bytes.size()); });
+  const auto stream =
+      time_calls(o.min_time_s, [&] { sink = sink + stream_read_sum(bytes.data(), bytes.size()); });
   const double kernel_s = median(kernel);
   const double stream_s = median(stream);
   report["threads"] = o.threads;

@@ -56,6 +56,17 @@ __device__ __forceinline__ float widen(float x) { return x; }
 __device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float widen(__half x) { return __half2float(x); }
 
+// Raises the state's running max to m (> st.m), rescaling its sums.
+__device__ __forceinline__ void raise_max(ThreadState& st, float m) {
+  if (st.s > 0.0F) {
+    const float delta = st.m - m;
+    const float scale = expf(delta);
+    st.d = (st.d + delta * st.s) * scale;
+    st.s *= scale;
+  }
+  st.m = m;
+}
+
 // Folds value x at index i into the state (indices arrive in increasing
 // order per thread, so a strict > keeps the first index of the max).
 __device__ __forceinline__ void observe(ThreadState& st, float x, std::int32_t i) {
@@ -69,15 +80,7 @@ __device__ __forceinline__ void observe(ThreadState& st, float x, std::int32_t i
     st.best_index = i;
   }
   if (x == -INFINITY) return;
-  if (x > st.m) {
-    if (st.s > 0.0F) {
-      const float delta = st.m - x;
-      const float scale = expf(delta);
-      st.d = (st.d + delta * st.s) * scale;
-      st.s *= scale;
-    }
-    st.m = x;
-  }
+  if (x > st.m) raise_max(st, x);
   const float t = x - st.m;
   const float e = expf(t);
   st.s += e;
@@ -156,15 +159,7 @@ __device__ __forceinline__ void observe_vector(ThreadState& st, const uint4& raw
   float local_max = -INFINITY;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) local_max = fmaxf(local_max, widen(values[k]));
-  if (local_max > st.m && local_max != INFINITY) {
-    if (st.s > 0.0F) {
-      const float delta = st.m - local_max;
-      const float scale = expf(delta);
-      st.d = (st.d + delta * st.s) * scale;
-      st.s *= scale;
-    }
-    st.m = local_max;
-  }
+  if (local_max > st.m && local_max != INFINITY) raise_max(st, local_max);
 #pragma unroll
   for (int k = 0; k < kPer; ++k) observe(st, widen(values[k]), first + k);
 }
