@@ -45,9 +45,9 @@ test-sanitizers:
 	  ctest --output-on-failure -j $(JOBS)
 	@cmake -S . -B $(BUILD_DIR)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMERIDIAN_SANITIZE=thread \
 	  -DMERIDIAN_ENABLE_CUDA=OFF -DMERIDIAN_BUILD_BENCH=OFF -DMERIDIAN_BUILD_APPS=OFF >/dev/null
-	@cmake --build $(BUILD_DIR)-tsan -j $(JOBS) --target router_concurrency_test request_id_map_test
+	@cmake --build $(BUILD_DIR)-tsan -j $(JOBS) --target router_concurrency_test request_id_map_test row_stats_test
 	@cd $(BUILD_DIR)-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-	  ctest --output-on-failure --no-tests=error -L concurrency -j $(JOBS)
+	  ctest --output-on-failure --no-tests=error -L 'concurrency|kernels' -j $(JOBS)
 
 # The Python package, installed as a user would (pip install .), then pytest
 # against the installed copy; the CLI tests use $(BUILD_DIR)/bin/meridian.

@@ -157,8 +157,9 @@ int run_bench_probe_cuda(const BenchProbeOptions& o, LogitsView view, const std:
 
 int run_bench_probe(const BenchProbeOptions& o) {
   const auto dtype = parse_dtype(o.dtype);
-  if (!dtype)
+  if (!dtype) {
     throw std::invalid_argument(fmt::format("--dtype must be fp32, bf16 or fp16; got '{}'", o.dtype));
+  }
   if (o.rows == 0 || o.vocab == 0) throw std::invalid_argument("--rows and --vocab must be >= 1");
   if (o.device != "cpu" && o.device != "cuda") {
     throw std::invalid_argument(fmt::format("--device must be cpu or cuda; got '{}'", o.device));
