@@ -108,7 +108,10 @@ HWY_INLINE hn::Vec<DF> exp2_nonpositive(DF df, hn::Vec<DF> u) {
 // Adds e^(x-m) and e^(x-m)(x-m) over a float chunk (n a multiple of lanes).
 // Works in base 2: u = (x-m) log2(e), e^(x-m) = 2^u, and the second sum is
 // kept as sum 2^u * u and scaled by ln 2 once per chunk.
-HWY_INLINE void chunk_sums(DF df, const float* HWY_RESTRICT x, std::size_t n, float m, double& s, double& d) {
+// `next` (may be null) is the next chunk's memory: one cache line of it is
+// prefetched per 64 bytes summed here, so memory and arithmetic overlap.
+HWY_INLINE void chunk_sums(DF df, const float* HWY_RESTRICT x, std::size_t n, float m, double& s, double& d,
+                           const char* next, std::size_t next_bytes) {
   const std::size_t lanes = hn::Lanes(df);
   const auto vm = hn::Set(df, m);
   const auto log2e = hn::Set(df, 1.44269504088896341F);
@@ -118,7 +121,11 @@ HWY_INLINE void chunk_sums(DF df, const float* HWY_RESTRICT x, std::size_t n, fl
   auto d0 = hn::Zero(df);
   auto d1 = hn::Zero(df);
   std::size_t i = 0;
+  std::size_t fetched = 0;  // bytes of `next` prefetched, kept in step with i
   for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    for (const std::size_t due = (i + 2 * lanes) * next_bytes / n; fetched < due; fetched += 64) {
+      hwy::Prefetch(next + fetched);
+    }
     const auto u0 = hn::Max(hn::Mul(hn::Sub(hn::LoadU(df, x + i), vm), log2e), floor);
     const auto u1 = hn::Max(hn::Mul(hn::Sub(hn::LoadU(df, x + i + lanes), vm), log2e), floor);
     const auto e0 = exp2_nonpositive(df, u0);
@@ -134,6 +141,7 @@ HWY_INLINE void chunk_sums(DF df, const float* HWY_RESTRICT x, std::size_t n, fl
     s0 = hn::Add(s0, e0);
     d0 = hn::MulAdd(e0, u0, d0);
   }
+  for (; fetched < next_bytes; fetched += 64) hwy::Prefetch(next + fetched);
   constexpr double kLn2 = 0.69314718055994530942;
   s += static_cast<double>(hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1))));
   d += kLn2 * static_cast<double>(hn::GetLane(hn::SumOfLanes(df, hn::Add(d0, d1))));
@@ -165,14 +173,17 @@ RowStats row_stats_typed(const T* HWY_RESTRICT row, std::size_t vocab, std::span
       acc = rebase(acc, cm);
       best_chunk = start;
     }
-    // Ask for the next chunk now, so memory works while the sums below run
-    // from L1 (otherwise the two alternate and their times add up).
+    // The next chunk is prefetched while the sums below run from L1, so
+    // memory and arithmetic overlap instead of taking turns.
+    const char* next = nullptr;
+    std::size_t next_bytes = 0;
     if (start + kChunk < vector_end) {
-      const auto* next = reinterpret_cast<const char*>(row + start + kChunk);
-      const std::size_t next_bytes = std::min(kChunk, vector_end - start - kChunk) * sizeof(T);
-      for (std::size_t b = 0; b < next_bytes; b += 64) hwy::Prefetch(next + b);
+      next = reinterpret_cast<const char*>(row + start + kChunk);
+      next_bytes = std::min(kChunk, vector_end - start - kChunk) * sizeof(T);
     }
-    if (acc.m != -std::numeric_limits<float>::infinity()) chunk_sums(df, chunk, n, acc.m, acc.s, acc.d);
+    if (acc.m != -std::numeric_limits<float>::infinity()) {
+      chunk_sums(df, chunk, n, acc.m, acc.s, acc.d, next, next_bytes);
+    }
   }
   // Scalar tail (fewer than one vector), folded in with the same formulas.
   std::size_t best_tail = vocab;
