@@ -27,33 +27,33 @@ meridian::LogitsView view_of(const std::vector<float>& v, std::size_t rows) {
   return view;
 }
 
-void BM_ProbeKernel(benchmark::State& state) {
+// Times `compute(view, end_ids, out)` on `rows` Qwen3-sized rows.
+template <typename Compute>
+void time_row_stats(benchmark::State& state, Compute compute) {
   const auto rows = static_cast<std::size_t>(state.range(0));
   const auto logits = make_logits(rows);
   const auto view = view_of(logits, rows);
   std::vector<meridian::RowStats> out(rows);
   const std::vector<meridian::TokenId> ends{151668};
   for (auto _ : state) {
-    meridian::compute_row_stats_cpu(view, ends, out, {.max_threads = 1});
+    compute(view, ends, out);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(view.bytes_read()));
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(rows));
 }
+
+void BM_ProbeKernel(benchmark::State& state) {
+  time_row_stats(state, [](const auto& view, const auto& ends, auto& out) {
+    meridian::compute_row_stats_cpu(view, ends, out, {.max_threads = 1});
+  });
+}
 BENCHMARK(BM_ProbeKernel)->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond);
 
 void BM_ProbeReference(benchmark::State& state) {
-  const auto rows = static_cast<std::size_t>(state.range(0));
-  const auto logits = make_logits(rows);
-  const auto view = view_of(logits, rows);
-  std::vector<meridian::RowStats> out(rows);
-  const std::vector<meridian::TokenId> ends{151668};
-  for (auto _ : state) {
+  time_row_stats(state, [](const auto& view, const auto& ends, auto& out) {
     meridian::compute_row_stats_reference(view, ends, out);
-    benchmark::DoNotOptimize(out.data());
-  }
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(view.bytes_read()));
-  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(rows));
+  });
 }
 BENCHMARK(BM_ProbeReference)->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond);
 

@@ -131,9 +131,9 @@ RowStats reference_row(const T* row, std::size_t vocab, std::span<const TokenId>
     s += e;
     d += e * (x - m);
   }
-  double mass = 0.0;
-  for (const TokenId id : end_ids) mass += std::exp(static_cast<double>(kernels::to_float(row[id])) - m);
-  return kernels::finish_row({static_cast<float>(m), s, d}, mass, argmax, 0);
+  // m is one of the inputs, so it is exact as a float.
+  const auto m_float = static_cast<float>(m);
+  return kernels::finish_row({m_float, s, d}, kernels::end_mass_terms(row, end_ids, m_float), argmax, 0);
 }
 
 }  // namespace
@@ -142,19 +142,9 @@ void compute_row_stats_reference(const LogitsView& view, std::span<const TokenId
                                  std::span<RowStats> out) {
   view.validate(end_think_ids, out.size());
   for (std::size_t r = 0; r < view.rows; ++r) {
-    const std::size_t offset = r * view.stride();
-    const std::size_t vocab = view.vocab_of(r);
-    switch (view.dtype) {
-      case LogitsDType::kFloat32:
-        out[r] = reference_row(static_cast<const float*>(view.data) + offset, vocab, end_think_ids);
-        break;
-      case LogitsDType::kBFloat16:
-        out[r] = reference_row(static_cast<const kernels::Bf16*>(view.data) + offset, vocab, end_think_ids);
-        break;
-      case LogitsDType::kFloat16:
-        out[r] = reference_row(static_cast<const kernels::F16*>(view.data) + offset, vocab, end_think_ids);
-        break;
-    }
+    out[r] = kernels::visit_row(view, r, [&](const auto* row, std::size_t vocab) {
+      return reference_row(row, vocab, end_think_ids);
+    });
   }
 }
 

@@ -39,6 +39,20 @@ inline float to_float(F16 x) noexcept {
   return std::bit_cast<float>(sign | ((exponent + 112U) << 23U) | (mantissa << 13U));
 }
 
+/// Calls fn(row pointer in its storage type, vocab) for row `r` of `view`
+/// and returns what fn returns: the one place that maps dtype to a type.
+template <typename Fn>
+RowStats visit_row(const LogitsView& view, std::size_t r, Fn&& fn) {
+  const std::size_t offset = r * view.stride();
+  const std::size_t vocab = view.vocab_of(r);
+  switch (view.dtype) {
+    case LogitsDType::kBFloat16: return fn(static_cast<const Bf16*>(view.data) + offset, vocab);
+    case LogitsDType::kFloat16: return fn(static_cast<const F16*>(view.data) + offset, vocab);
+    case LogitsDType::kFloat32: break;
+  }
+  return fn(static_cast<const float*>(view.data) + offset, vocab);
+}
+
 /// One thread's share of a call: rows [first_row, end_row).
 struct RowsTask {
   const LogitsView* view;

@@ -215,21 +215,9 @@ RowStats row_stats_typed(const T* HWY_RESTRICT row, std::size_t vocab, std::span
 
 void row_stats_rows(const RowsTask& task) {
   for (std::size_t r = task.first_row; r < task.end_row; ++r) {
-    const std::size_t vocab = task.view->vocab_of(r);
-    const std::size_t offset = r * task.view->stride();
-    switch (task.view->dtype) {
-      case LogitsDType::kFloat32:
-        task.out[r] =
-            row_stats_typed(static_cast<const float*>(task.view->data) + offset, vocab, task.end_ids);
-        break;
-      case LogitsDType::kBFloat16:
-        task.out[r] =
-            row_stats_typed(static_cast<const Bf16*>(task.view->data) + offset, vocab, task.end_ids);
-        break;
-      case LogitsDType::kFloat16:
-        task.out[r] = row_stats_typed(static_cast<const F16*>(task.view->data) + offset, vocab, task.end_ids);
-        break;
-    }
+    task.out[r] = visit_row(*task.view, r, [&](const auto* row, std::size_t vocab) {
+      return row_stats_typed(row, vocab, task.end_ids);
+    });
   }
 }
 

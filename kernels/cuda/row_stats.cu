@@ -164,6 +164,17 @@ __device__ __forceinline__ void observe_vector(ThreadState& st, const uint4& raw
   for (int k = 0; k < kPer; ++k) observe(st, widen(values[k]), first + k);
 }
 
+// Finishes row `row_index` from its merged state (run by one thread).
+template <typename T>
+__device__ void write_row(const KernelParams& p, const T* row, std::size_t row_index,
+                          const kernels::PartialRow& total, std::int32_t best_index, std::uint32_t flags) {
+  double mass = 0.0;
+  for (unsigned k = 0; k < p.end_count; ++k) {
+    mass += exp(static_cast<double>(widen(row[p.end_ids[k]])) - static_cast<double>(total.m));
+  }
+  p.out[row_index] = kernels::finish_row(total, mass, total.s > 0.0 ? best_index : -1, flags);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) row_stats_kernel(KernelParams p) {
   const std::size_t row_index = blockIdx.y;
@@ -228,20 +239,12 @@ __global__ void __launch_bounds__(kThreads) row_stats_kernel(KernelParams p) {
       }
     }
     p.arrivals[row_index] = 0;  // ready for the next launch
-    double mass = 0.0;
-    for (unsigned k = 0; k < p.end_count; ++k) {
-      mass += exp(static_cast<double>(widen(row[p.end_ids[k]])) - static_cast<double>(total.m));
-    }
-    p.out[row_index] = kernels::finish_row(total, mass, total.s > 0.0 ? best_index : -1, flags);
+    write_row(p, row, row_index, total, best_index, flags);
     return;
   }
   if (threadIdx.x == 0) {
-    const kernels::PartialRow total{st.m, static_cast<double>(st.s), static_cast<double>(st.d)};
-    double mass = 0.0;
-    for (unsigned k = 0; k < p.end_count; ++k) {
-      mass += exp(static_cast<double>(widen(row[p.end_ids[k]])) - static_cast<double>(st.m));
-    }
-    p.out[row_index] = kernels::finish_row(total, mass, total.s > 0.0 ? st.best_index : -1, st.flags);
+    write_row(p, row, row_index, {st.m, static_cast<double>(st.s), static_cast<double>(st.d)}, st.best_index,
+              st.flags);
   }
 }
 
@@ -366,7 +369,11 @@ void CudaRowStatsKernel::launch(const LogitsView& view, std::span<const TokenId>
 
 void CudaRowStatsKernel::compute(const LogitsView& view, std::span<const TokenId> end_think_ids,
                                  std::span<RowStats> out, void* stream) {
-  view.validate(end_think_ids, out.size());
+  // launch() validates the view; only the host output is checked here.
+  if (out.size() < view.rows) {
+    throw KernelError("logits: output holds " + std::to_string(out.size()) + " rows, need " +
+                      std::to_string(view.rows));
+  }
   if (view.rows == 0) return;
   impl_->out.reserve(view.rows * sizeof(RowStats), false);
   auto* device_out = static_cast<RowStats*>(impl_->out.ptr);
