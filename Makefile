@@ -86,20 +86,15 @@ bench: setup
 	  --out bench-out/microbench.json
 	@$(PYTHON) benchmarks/run_probe_bench.py --cli $(BUILD_DIR)-release/bin/meridian --out bench-out/probe.json
 
-# Only what the demo needs: the CLI and its libraries (no test or lint tools).
+# Only what the demo needs: the CLI and its libraries (no test or lint tools), then the
+# A/B replay on the default workload (table on stdout, reports and plots in bench-out/).
 demo:
 	@scripts/setup.sh scripts/apt-packages-demo.txt requirements-demo.txt
 	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DMERIDIAN_BUILD_TESTS=OFF \
 	  -DMERIDIAN_BUILD_BENCH=OFF -DMERIDIAN_BUILD_APPS=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS) --target meridian_cli
-	@if $(BUILD_DIR)/bin/meridian --help | grep -qE '^ +replay '; then \
-	  $(BUILD_DIR)/bin/meridian replay --out-dir bench-out; \
-	else \
-	  echo "replay not built yet: the replay simulator lands with the replay issue."; \
-	  echo "Meanwhile, the resolved configuration for qwen3:"; \
-	  echo "  $(BUILD_DIR)/bin/meridian check-config meridian.toml.example --model qwen3"; \
-	  $(BUILD_DIR)/bin/meridian check-config meridian.toml.example --model qwen3 | sed -n '/^\[scheduler\]/,/^$$/p;/^\[model/,$$p'; \
-	fi
+	@$(BUILD_DIR)/bin/meridian replay --out-dir bench-out
+	@$(PYTHON) benchmarks/plot_replay.py bench-out
 
 clean:
 	@rm -rf $(BUILD_DIR) $(BUILD_DIR)-asan $(BUILD_DIR)-tsan $(BUILD_DIR)-release bench-out

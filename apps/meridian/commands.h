@@ -14,4 +14,7 @@ std::function<int()> add_check_config(CLI::App& app);
 /// Registers `bench-probe` (the entropy-probe kernel benchmark).
 std::function<int()> add_bench_probe(CLI::App& app);
 
+/// Registers `replay` (the A/B replay simulator).
+std::function<int()> add_replay(CLI::App& app);
+
 }  // namespace meridian::cli

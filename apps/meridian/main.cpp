@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   commands.emplace_back(app.get_subcommand("check-config"), run_check_config);
   auto run_bench_probe = meridian::cli::add_bench_probe(app);
   commands.emplace_back(app.get_subcommand("bench-probe"), run_bench_probe);
+  auto run_replay = meridian::cli::add_replay(app);
+  commands.emplace_back(app.get_subcommand("replay"), run_replay);
 
   CLI11_PARSE(app, argc, argv);
   try {

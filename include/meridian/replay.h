@@ -1,0 +1,152 @@
+// The replay simulator (SPEC §3.11): a deterministic discrete-event
+// simulation of a continuous-batching engine. Simulated time comes from the
+// roofline step-cost model; requests come from a workload; the real
+// PhaseRouter follows every token, the real KvBlockManager holds the KV, and
+// the scheduling policy is either Meridian (the real DualQueueScheduler, KV
+// tiers, phase-aware preemption, entropy forcing through the real
+// EntropyProbe) or a model of a vLLM baseline on the identical workload.
+//
+// Thread-safety: run_replay() is reentrant (no shared state); distinct runs
+// may go on in parallel threads. Results are plain values.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "meridian/config.h"
+#include "meridian/sim_cost_model.h"
+#include "meridian/sim_workload.h"
+
+namespace meridian::sim {
+
+enum class PolicyKind : std::uint8_t {
+  kVllmFcfs = 0,           ///< vLLM default: running list in arrival order, tail preemption by recompute
+  kVllmPriority = 1,       ///< vLLM --scheduling-policy priority: (priority, arrival) order and victims
+  kStaticBudget = 2,       ///< vllm-fcfs plus vLLM's thinking_token_budget (forces </think> at N)
+  kMeridianNoForcing = 3,  ///< Meridian scheduling and KV tiers, hard cap only
+  kMeridian = 4,           ///< Meridian: dual queue, tiers, preemption, entropy forcing
+};
+inline constexpr std::array<PolicyKind, 5> kAllPolicies = {
+    PolicyKind::kVllmFcfs, PolicyKind::kVllmPriority, PolicyKind::kStaticBudget,
+    PolicyKind::kMeridianNoForcing, PolicyKind::kMeridian};
+[[nodiscard]] std::string_view to_string(PolicyKind policy) noexcept;
+/// "meridian", "meridian-no-forcing", "vllm-fcfs", "vllm-priority", "static-budget".
+[[nodiscard]] std::optional<PolicyKind> parse_policy(std::string_view name) noexcept;
+
+/// [engine]: the simulated engine's limits (vLLM's defaults for an H100 API server).
+struct EngineParams {
+  std::uint32_t max_num_batched_tokens = 8192;
+  std::uint32_t max_num_seqs = 1024;
+  std::uint32_t thinking_token_budget = 2048;  ///< static-budget's vLLM thinking_token_budget
+  double series_interval_s = 1.0;              ///< time-series sampling period
+  double max_sim_time_s = 86400;  ///< safety stop: requests still open are reported as unfinished
+};
+
+/// Everything a replay TOML file holds.
+struct ReplayParams {
+  EngineParams engine;
+  CostModelParams cost_model;
+  WorkloadParams workload;
+  SignalModelParams signal_model;
+};
+
+/// Defaults overlaid by a replay TOML document. Throws ConfigError naming
+/// every bad field by dotted path (e.g. "cost_model.hbm_bandwidth_gbps").
+[[nodiscard]] ReplayParams parse_replay_params(std::string_view toml_text,
+                                               std::string_view source_name = "<string>");
+[[nodiscard]] ReplayParams load_replay_params(const std::filesystem::path& file);
+/// Range checks of all sections; throws ConfigError.
+void validate(const ReplayParams& params);
+/// Every field as a TOML document that parse_replay_params() reads back.
+[[nodiscard]] std::string to_toml(const ReplayParams& params);
+
+struct ReplayOptions {
+  PolicyKind policy = PolicyKind::kMeridian;
+  MeridianConfig config = MeridianConfig::defaults();  ///< [scheduler], [entropy], [kv_memory]
+  std::string model = "qwen3";                         ///< model whose boundary token ids are used
+  ReplayParams params;
+  std::uint64_t seed = 42;
+  /// Called now and then with the fraction of requests finished (0..1).
+  std::function<void(double)> progress;
+};
+
+/// One sample of the time series.
+struct SeriesPoint {
+  double t_s = 0;
+  std::uint32_t output_queue = 0;  ///< running answer-phase requests
+  std::uint32_t think_queue = 0;   ///< running think-phase requests
+  std::uint32_t waiting = 0;       ///< waiting for (re)prefill
+  std::uint32_t swapped = 0;
+  double kv_used_fraction = 0;
+  double output_itl_p99_ms = 0;  ///< over the tokens of this interval
+  double output_itl_max_ms = 0;
+  std::uint32_t tokens = 0;  ///< tokens generated in the interval
+};
+
+struct ReplayResult {
+  PolicyKind policy = PolicyKind::kMeridian;
+  /// Named metrics in report order (docs/benchmarks.md#metrics defines each).
+  std::vector<std::pair<std::string, double>> metrics;
+  std::vector<SeriesPoint> series;
+  /// Raw per-request / per-token samples (ms), for CDFs.
+  std::vector<float> ttft_ms, ttot_ms, ttfv_ms, output_itl_ms, think_tpot_ms, e2e_ms;
+
+  /// The metric's value; throws std::out_of_range naming it if absent.
+  [[nodiscard]] double metric(std::string_view name) const;
+};
+
+/// Runs one policy over the workload. Throws ConfigError on bad parameters.
+[[nodiscard]] ReplayResult run_replay(const Workload& workload, const ReplayOptions& options);
+
+/// How a metric compares between runs.
+enum class Better : std::uint8_t { kLower, kHigher, kNeither };
+struct MetricInfo {
+  std::string_view name;
+  Better better;
+  std::string_view label;  ///< for the Markdown table
+};
+/// The metrics every run reports, in order (the keys of report.json "metrics").
+[[nodiscard]] const std::vector<MetricInfo>& metric_catalog();
+
+/// WIN (>= 20% better), win (>= 2%), FLAT (within 2%), loss, LOSS (>= 20% worse).
+[[nodiscard]] std::string_view delta_flag(double delta_pct, Better better) noexcept;
+/// (candidate - baseline) / |baseline| in percent; 0 when both are 0, +/-inf when only baseline is 0.
+[[nodiscard]] double delta_pct(double candidate, double baseline) noexcept;
+
+/// Context printed into every report.
+struct ReportContext {
+  std::uint64_t seed = 42;
+  std::string workload;  ///< name and source
+  std::size_t requests = 0;
+  std::string command;  ///< the command line that produced it
+  ReplayParams params;
+};
+
+/// report.json of one policy: {"policy", "metrics": {...}, "series": [...], "samples": {...}}.
+[[nodiscard]] std::string policy_report_json(const ReplayResult& result, const ReportContext& context);
+/// ab-report.json: {"runs": {policy: {metric: value}}, "deltas": {baseline: {policy: {metric: {delta_pct,
+/// flag}}}}, "targets": [...], ...}.
+[[nodiscard]] std::string ab_report_json(const std::vector<ReplayResult>& results,
+                                         const ReportContext& context);
+/// ab-report.md: one column per policy, a Δ% column with its flag per baseline.
+[[nodiscard]] std::string ab_report_markdown(const std::vector<ReplayResult>& results,
+                                             const ReportContext& context);
+
+/// SPEC §5 scheduling-quality targets evaluated on a set of runs.
+struct TargetCheck {
+  std::string name;  ///< e.g. "ttot_p95_vs_vllm_fcfs"
+  std::string goal;  ///< e.g. "<= -60%"
+  double value = 0;  ///< measured
+  bool met = false;
+  bool available = false;  ///< the runs it needs were part of this replay
+};
+[[nodiscard]] std::vector<TargetCheck> check_targets(const std::vector<ReplayResult>& results);
+
+}  // namespace meridian::sim

@@ -1,0 +1,94 @@
+// Roofline step-cost model of the replay simulator: how long one engine step
+// of a dense transformer takes on one GPU, from what the step contains.
+//
+//   step_ms = overhead_ms
+//           + max(bytes / (hbm_bandwidth * bandwidth_efficiency),
+//                 flops / (peak_flops * compute_efficiency))
+//           + swap_bytes / pcie_bandwidth
+//
+//   bytes = weight_bytes (read once per step) + kv_bytes_per_token * kv_tokens_read
+//   flops = 2 * active_params * tokens + 4 * layers * q_heads * head_dim * attended_pairs
+//
+// It is a roofline, not a measurement: memory-bound decode, compute-bound
+// prefill, nothing about kernel efficiency at small batch, communication or
+// CPU stalls. The defaults describe Qwen3-8B (bf16) on one H100 SXM; every
+// coefficient is a field of [cost_model] in the replay TOML (docs/benchmarks.md
+// cites each one).
+//
+// Thread-safety: immutable after construction; const members may be called
+// from any thread. Ownership: plain values.
+#pragma once
+
+#include <cstdint>
+
+namespace meridian::sim {
+
+/// Coefficients of the roofline (units in the names).
+struct CostModelParams {
+  // Model (Qwen3-8B: config.json of Qwen/Qwen3-8B).
+  double active_params = 8.19e9;  ///< parameters touched per token
+  double weight_bytes = 16.4e9;   ///< bf16 weights read every step
+  std::uint32_t layers = 36;
+  std::uint32_t q_heads = 32;
+  std::uint32_t kv_heads = 8;
+  std::uint32_t head_dim = 128;
+  std::uint32_t kv_dtype_bytes = 2;  ///< bf16 KV cache
+  // GPU (H100 SXM5 datasheet).
+  double hbm_bandwidth_gbps = 3350;   ///< GB/s
+  double bandwidth_efficiency = 0.8;  ///< achieved / peak for weight and KV streaming
+  double peak_tflops = 989;           ///< dense bf16 tensor-core TFLOP/s
+  double compute_efficiency = 0.55;   ///< achieved MFU in prefill
+  double overhead_ms = 1.5;           ///< per step: scheduling, launch, sampling
+  double pcie_bandwidth_gbps = 50;    ///< swap traffic, host <-> device (PCIe 5 x16 achieved)
+  // Memory (vLLM's accounting: total * gpu_memory_utilization - weights - activations).
+  double gpu_memory_gb = 80;
+  double gpu_memory_utilization = 0.90;
+  double activation_reserve_gb = 4.0;
+
+  /// K and V of one token across all layers (36 * 8 * 128 * 2 * 2 B = 144 KiB).
+  [[nodiscard]] std::uint64_t kv_bytes_per_token() const noexcept {
+    return std::uint64_t{layers} * kv_heads * head_dim * 2 * kv_dtype_bytes;
+  }
+};
+
+/// What one step computes, as the cost model needs it.
+struct StepShape {
+  std::uint64_t tokens = 0;          ///< tokens computed (decode + prefill chunks)
+  std::uint64_t kv_tokens_read = 0;  ///< context tokens whose K/V attention reads
+  /// Query-key pairs attention computes (a decode: its context; a prefill
+  /// chunk of c tokens after p cached: c * p + c * (c + 1) / 2).
+  double attended_pairs = 0;
+  std::uint64_t swap_tokens = 0;  ///< tokens of KV moved over PCIe (out and in)
+};
+
+class RooflineCostModel {
+ public:
+  /// Throws meridian::ConfigError naming the field ("cost_model.<field>") on a
+  /// non-positive or out-of-range coefficient.
+  explicit RooflineCostModel(const CostModelParams& params);
+
+  /// Duration of one step in milliseconds. An empty step costs overhead_ms
+  /// plus one weight read (the engine still runs its forward pass machinery).
+  [[nodiscard]] double step_ms(const StepShape& step) const noexcept;
+  /// The memory-bound and compute-bound parts, for tests and docs.
+  [[nodiscard]] double memory_ms(const StepShape& step) const noexcept;
+  [[nodiscard]] double compute_ms(const StepShape& step) const noexcept;
+  [[nodiscard]] double swap_ms(std::uint64_t tokens) const noexcept;
+
+  /// KV bytes available after weights and activations.
+  [[nodiscard]] double kv_capacity_bytes() const noexcept;
+  /// KV blocks of `block_tokens` tokens that fit in kv_capacity_bytes().
+  [[nodiscard]] std::uint32_t kv_capacity_blocks(std::uint32_t block_tokens) const noexcept;
+
+  [[nodiscard]] const CostModelParams& params() const noexcept { return p_; }
+
+ private:
+  CostModelParams p_;
+  double bytes_per_ms_ = 0;
+  double flops_per_ms_ = 0;
+  double pcie_bytes_per_ms_ = 0;
+  double kv_bytes_ = 0;
+  double attention_flops_per_pair_ = 0;
+};
+
+}  // namespace meridian::sim

@@ -1,0 +1,574 @@
+// The replay engine loop (replay.h): arrivals, one policy step, the step's
+// simulated duration from the roofline, tokens through the real PhaseRouter,
+// entropy signals through the real EntropyProbe, and every measurement.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "meridian/entropy_probe.h"
+#include "meridian/phase_router.h"
+#include "meridian/replay.h"
+#include "sim/metrics.h"
+#include "sim/policy.h"
+
+namespace meridian::sim {
+namespace {
+
+using detail::EngineStep;
+using detail::KvPool;
+using detail::StepItem;
+
+constexpr TokenId kThinkTokenId = 1000;   // any ordinary vocabulary id
+constexpr TokenId kAnswerTokenId = 2000;  // any ordinary vocabulary id
+constexpr double kNsPerMs = 1e6;
+constexpr double kNsPerS = 1e9;
+// Consecutive steps with nothing runnable and no arrival to wait for.
+constexpr std::uint32_t kMaxStalledSteps = 100000;
+
+float ms_between(std::int64_t from_ns, std::int64_t to_ns) {
+  return static_cast<float>(static_cast<double>(to_ns - from_ns) / kNsPerMs);
+}
+
+struct Live {
+  const RequestSpec* spec = nullptr;
+  RequestSignals signals;
+  std::optional<EntropyProbe> probe;
+  std::int64_t arrival_ns = -1;
+  std::int64_t first_token_ns = -1;
+  std::int64_t think_end_ns = -1;
+  std::int64_t first_visible_ns = -1;
+  std::int64_t last_token_ns = -1;
+  std::uint32_t think_emitted = 0;
+  std::uint32_t answer_emitted = 0;
+  bool in_think = false;
+  bool done = false;
+  std::optional<ForceReason> forced;
+  bool forced_before_answer = false;
+};
+
+struct Arrival {
+  std::int64_t at_ns;
+  RequestId id;
+  bool operator>(const Arrival& o) const { return at_ns != o.at_ns ? at_ns > o.at_ns : id > o.id; }
+};
+
+RouterLimits router_limits(PolicyKind policy, const ReplayOptions& o) {
+  RouterLimits limits = RouterLimits::from(o.config.scheduler);
+  limits.reap_idle_after = std::chrono::nanoseconds::max();  // the engine ends every request itself
+  switch (policy) {
+    case PolicyKind::kVllmFcfs:
+    case PolicyKind::kVllmPriority:
+      limits.max_think_tokens = std::numeric_limits<std::uint64_t>::max();  // vLLM: no think cap
+      break;
+    case PolicyKind::kStaticBudget:
+      limits.min_think_tokens = 0;
+      limits.max_think_tokens = o.params.engine.thinking_token_budget;
+      break;
+    case PolicyKind::kMeridianNoForcing:
+    case PolicyKind::kMeridian: break;
+  }
+  return limits;
+}
+
+TokenId first_id(const std::vector<std::uint32_t>& ids, std::string_view field, std::string_view model) {
+  if (ids.empty()) {
+    throw ConfigError(
+        {{fmt::format("model.{}.{}", model, field),
+          fmt::format("model.{}.{} is empty: the replay needs token-id boundaries", model, field), "", 0,
+          0}});
+  }
+  return ids.front();
+}
+
+class Engine {
+ public:
+  Engine(const Workload& workload, const ReplayOptions& o)
+      : w_(workload),
+        o_(o),
+        cost_(o.params.cost_model),
+        signals_(o.params.signal_model, o.seed),
+        model_(o.config.model(o.model)),
+        think_start_(first_id(model_.think_start_token_ids, "think_start_token_ids", o.model)),
+        think_end_(first_id(model_.think_end_token_ids, "think_end_token_ids", o.model)),
+        eos_(first_id(model_.eos_token_ids, "eos_token_ids", o.model)),
+        router_(model_, router_limits(o.policy, o)),
+        block_tokens_(o.config.kv_memory.block_tokens),
+        kv_(kv_options()),
+        pool_(kv_, block_tokens_,
+              [this](RequestId id, std::uint32_t index) { return block_hash(id, index); }) {
+    validate(o.params);
+    const EngineParams& e = o.params.engine;
+    const bool meridian = o.policy == PolicyKind::kMeridian || o.policy == PolicyKind::kMeridianNoForcing;
+    if (meridian) {
+      StepLimits limits;
+      limits.token_budget = e.max_num_batched_tokens;
+      limits.max_sequences = e.max_num_seqs;
+      policy_ =
+          detail::make_meridian_policy(SchedulerOptions::from_config(o.config, kv_.usage().total_blocks),
+                                       StepCostModel::from_config(o.config.scheduler), limits, pool_);
+    } else {
+      policy_ = detail::make_vllm_policy(
+          {o.policy == PolicyKind::kVllmPriority, e.max_num_batched_tokens, e.max_num_seqs}, pool_);
+    }
+    probe_settings_ = ProbeSettings::from(o.config);
+    forcing_ = o.policy == PolicyKind::kMeridian && probe_settings_.enabled;
+    live_.resize(w_.requests.size() + 1);
+    next_turn_.assign(w_.requests.size() + 1, 0);
+    for (const RequestSpec& r : w_.requests) {
+      if (r.id != static_cast<RequestId>(&r - w_.requests.data()) + 1) {
+        throw std::invalid_argument(fmt::format("workload request {} is out of order", r.id));
+      }
+      if (r.after == 0) {
+        const auto at_ns = static_cast<std::int64_t>(std::llround(r.arrival_s * kNsPerS));
+        arrivals_.push({at_ns, r.id});
+        arrival_window_end_ns_ = std::max(arrival_window_end_ns_, at_ns);
+      } else {
+        next_turn_[r.after] = r.id;
+      }
+    }
+  }
+
+  ReplayResult run() {
+    const auto wall_start = std::chrono::steady_clock::now();
+    const auto max_ns = static_cast<std::int64_t>(o_.params.engine.max_sim_time_s * kNsPerS);
+    const auto interval_ns = static_cast<std::int64_t>(o_.params.engine.series_interval_s * kNsPerS);
+    next_sample_ns_ = interval_ns;
+    std::uint32_t stalled = 0;
+    while (now_ns_ < max_ns) {
+      admit_arrivals();
+      if (active_ == 0 && arrivals_.empty()) break;
+      const EngineStep& step = policy_->plan(now_ns_);
+      handle_preemptions(step);
+      handle_aborts(step);
+      if (step.items.empty()) {
+        policy_->complete(cost_.step_ms({}), now_ns_);
+        if (!arrivals_.empty()) {  // idle until the next arrival
+          now_ns_ = std::max(now_ns_ + 1, arrivals_.top().at_ns);
+          continue;
+        }
+        // Requests exist but nothing can run: let time pass, and give up
+        // (reporting them unfinished) if that never changes.
+        if (++stalled > kMaxStalledSteps) break;
+        now_ns_ += static_cast<std::int64_t>(cost_.step_ms({}) * kNsPerMs);
+        ++stalled_steps_;
+        continue;
+      }
+      stalled = 0;
+      const double ms = step_ms(step);
+      const std::int64_t end_ns = now_ns_ + static_cast<std::int64_t>(std::llround(ms * kNsPerMs));
+      policy_->complete(ms, end_ns);
+      ++steps_;
+      busy_ns_ += end_ns - now_ns_;
+      now_ns_ = end_ns;
+      router_.advance_clock(now_ns_);
+      emit_tokens(step);
+      sample_series(step, interval_ns);
+      if (o_.progress && (steps_ & 1023U) == 0) {
+        o_.progress(static_cast<double>(finished_ + aborted_) / static_cast<double>(w_.requests.size()));
+      }
+    }
+    wall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    if (o_.progress) o_.progress(1.0);
+    return summarize();
+  }
+
+ private:
+  [[nodiscard]] KvBlockManagerOptions kv_options() const {
+    KvBlockManagerOptions k;
+    k.num_blocks = cost_.kv_capacity_blocks(block_tokens_);
+    k.block_size_bytes = cost_.params().kv_bytes_per_token() * block_tokens_;
+    k.think_phase_memory_fraction = o_.config.kv_memory.think_phase_memory_fraction;
+    k.aggressive_think_eviction = o_.config.kv_memory.aggressive_think_eviction;
+    k.fabric_offload = false;
+    if (k.num_blocks == 0) {
+      throw ConfigError({{"cost_model.gpu_memory_gb",
+                          "cost_model.gpu_memory_gb leaves no room for one KV block", "", 0, 0}});
+    }
+    return k;
+  }
+
+  // Blocks that hold conversation transcript (the prompt, and the answer of a
+  // request without reasoning) hash by (conversation, position), so the next
+  // turn finds them; everything else is unique to the request.
+  [[nodiscard]] std::uint64_t block_hash(RequestId id, std::uint32_t index) const {
+    const RequestSpec& r = w_.requests[id - 1];
+    if (r.conversation > 0) {
+      const std::uint64_t transcript = r.prompt_tokens + (r.reasoning() ? 0U : r.answer_tokens);
+      if ((std::uint64_t{index} + 1) * block_tokens_ <= transcript) {
+        return mix64(mix64(r.conversation * 0x9e3779b97f4a7c15ULL + 1) ^ index);
+      }
+    }
+    return mix64(mix64(id * 0xc2b2ae3d27d4eb4fULL + 2) ^ index);
+  }
+
+  void admit_arrivals() {
+    while (!arrivals_.empty() && arrivals_.top().at_ns <= now_ns_) {
+      const Arrival a = arrivals_.top();
+      arrivals_.pop();
+      const RequestSpec& spec = w_.requests[a.id - 1];
+      Live& r = live_[a.id];
+      r.spec = &spec;
+      r.arrival_ns = a.at_ns;
+      const bool reasoning = spec.reasoning();
+      RequestOptions ro;
+      ro.thinking_disabled = !reasoning;
+      const TokenId tail[] = {think_start_};
+      const Phase phase =
+          router_.begin(a.id, reasoning ? std::span<const TokenId>(tail) : std::span<const TokenId>{}, ro);
+      r.in_think = phase == Phase::kThinkDecode || phase == Phase::kPrefill;
+      if (reasoning) {
+        r.signals = signals_.plan(spec);
+        if (forcing_) r.probe.emplace(probe_settings_);
+      }
+      std::uint32_t cached = 0;
+      if (policy_->looks_up_prefix_at_arrival()) cached = pool_.attach_prefix(a.id, spec.prompt_tokens, true);
+      policy_->add({a.id, r.in_think ? Phase::kThinkDecode : Phase::kOutputDecode, spec.prompt_tokens, cached,
+                    a.at_ns},
+                   spec.priority);
+      ++arrived_;
+      ++active_;
+    }
+  }
+
+  void handle_preemptions(const EngineStep& step) {
+    for (const Preemption& p : step.preempted) {
+      ++preemptions_[static_cast<std::size_t>(p.mode)];
+      if (p.phase == Phase::kOutputDecode) ++preempted_answer_;
+    }
+  }
+
+  void handle_aborts(const EngineStep& step) {
+    for (RequestId id : step.aborted) {
+      kv_.release(id, ReleaseKind::kAbort);
+      router_.end(id);
+      live_[id].done = true;
+      ++aborted_;
+      --active_;
+    }
+  }
+
+  double step_ms(const EngineStep& step) {
+    StepShape shape;
+    for (const StepItem& w : step.items) {
+      const double c = w.context;
+      const double n = w.tokens;
+      shape.tokens += w.tokens;
+      shape.kv_tokens_read += std::uint64_t{w.context} + w.tokens;
+      shape.attended_pairs += n * c + n * (n + 1) / 2;
+      if (w.kind == WorkKind::kSwapIn) shape.swap_tokens += w.context;
+      if (w.kind == WorkKind::kPrefill) prefill_tokens_ += w.tokens;
+    }
+    for (const Preemption& p : step.preempted) {
+      if (p.mode == ReclaimMode::kSwap) shape.swap_tokens += std::uint64_t{p.blocks} * block_tokens_;
+    }
+    shape.tokens += probe_tokens_;
+    shape.kv_tokens_read += probe_kv_tokens_;
+    shape.attended_pairs += static_cast<double>(probe_kv_tokens_);
+    probe_passes_ += probe_tokens_;
+    probe_tokens_ = 0;
+    probe_kv_tokens_ = 0;
+    simulated_tokens_ += shape.tokens;
+    return cost_.step_ms(shape);
+  }
+
+  void emit_tokens(const EngineStep& step) {
+    ids_.clear();
+    tokens_.clear();
+    for (const StepItem& w : step.items) {
+      if (!w.samples_token) continue;
+      Live& r = live_[w.id];
+      if (r.done) continue;
+      if (r.first_token_ns < 0) {
+        r.first_token_ns = now_ns_;
+        ttft_.push_back(ms_between(r.arrival_ns, now_ns_));
+      }
+      TokenId token = kAnswerTokenId;
+      if (r.in_think) {
+        if (r.think_emitted >= r.spec->think_tokens || router_.end_think_pending(w.id)) {
+          token = think_end_;
+        } else {
+          token = kThinkTokenId;
+          if (r.think_emitted > 0) think_itl_.push_back(ms_between(r.last_token_ns, now_ns_));
+          ++r.think_emitted;
+          ++think_tokens_total_;
+          window_tokens_ += 1;
+        }
+      } else {
+        ++r.answer_emitted;
+        ++output_tokens_total_;
+        window_tokens_ += 1;
+        if (r.first_visible_ns < 0) {
+          r.first_visible_ns = now_ns_;
+          ttfv_.push_back(ms_between(r.arrival_ns, now_ns_));
+          if (r.think_end_ns >= 0) ttot_.push_back(ms_between(r.think_end_ns, now_ns_));
+        } else {
+          const auto itl = ms_between(r.last_token_ns, now_ns_);
+          output_itl_.push_back(itl);
+          window_itl_.push_back(itl);
+        }
+        if (r.answer_emitted >= r.spec->answer_tokens) token = eos_;
+      }
+      r.last_token_ns = now_ns_;
+      ids_.push_back(w.id);
+      tokens_.push_back(token);
+    }
+    if (now_ns_ <= arrival_window_end_ns_) arrival_window_tokens_ += ids_.size();
+    events_.resize(ids_.size());
+    const std::size_t n = router_.on_tokens(ids_, tokens_, events_);
+    for (std::size_t i = 0; i < n; ++i) on_event(events_[i]);
+    if (forcing_) observe_signals();
+  }
+
+  void on_event(const PhaseEvent& ev) {
+    Live& r = live_[ev.request_id];
+    switch (ev.kind) {
+      case PhaseEventKind::kExitThink:
+        r.in_think = false;
+        r.think_end_ns = now_ns_;
+        if (r.think_emitted > 1 && r.first_token_ns >= 0) {
+          think_tpot_.push_back(ms_between(r.first_token_ns, now_ns_) / static_cast<float>(r.think_emitted));
+        }
+        if (ev.forced) {
+          r.forced = ev.reason;
+          r.forced_before_answer = r.think_emitted < r.signals.answer_at;
+        }
+        policy_->set_phase(ev.request_id, Phase::kOutputDecode);
+        if (policy_->tiered_kv()) kv_.demote_think_blocks(ev.request_id);
+        r.probe.reset();
+        break;
+      case PhaseEventKind::kComplete: finish(ev.request_id); break;
+      case PhaseEventKind::kEnterThink:
+      case PhaseEventKind::kForceBudget: break;
+    }
+  }
+
+  void finish(RequestId id) {
+    Live& r = live_[id];
+    r.done = true;
+    policy_->finish(id);
+    kv_.release(id, ReleaseKind::kFinished);
+    e2e_.push_back(ms_between(r.arrival_ns, now_ns_));
+    if (r.spec->reasoning()) {
+      ++reasoning_done_;
+      think_counts_.push_back(static_cast<float>(r.think_emitted));
+      if (r.forced) {
+        ++forced_[static_cast<std::size_t>(*r.forced)];
+        if (r.forced_before_answer) ++forced_before_answer_;
+      }
+    }
+    ++finished_;
+    --active_;
+    last_finish_ns_ = now_ns_;
+    if (const RequestId next = next_turn_[id]; next != 0) {
+      const double delay = w_.requests[next - 1].delay_s;
+      arrivals_.push({now_ns_ + static_cast<std::int64_t>(std::llround(delay * kNsPerS)), next});
+    }
+  }
+
+  // Feeds the tokens just generated to each thinking request's probe and
+  // asks the router to force when the probe says so.
+  void observe_signals() {
+    for (RequestId id : ids_) {
+      Live& r = live_[id];
+      if (!r.in_think || !r.probe || r.done) continue;
+      const std::uint32_t t = r.think_emitted;  // this token was think token t (1-based)
+      if (t == 0) continue;
+      ThinkTokenObservation obs;
+      obs.think_tokens = t;
+      obs.token_entropy = signals_.token_entropy(r.signals, t - 1);
+      if (r.probe->eat_due(t)) {
+        obs.eat = EatSample{signals_.eat(r.signals, t - 1), EatSource::kProbePass};
+        // The probe pass is one more token of forward work over the request's
+        // context (</think> appended, logits read, KV of it discarded); it
+        // rides on the next step.
+        ++probe_tokens_;
+        probe_kv_tokens_ += std::uint64_t{r.spec->prompt_tokens} + t;
+      }
+      const EntropySignal sig = r.probe->observe(obs);
+      if (sig.force && *sig.force != ForceReason::kHardCap) router_.request_force(id, *sig.force);
+    }
+  }
+
+  void sample_series(const EngineStep& step, std::int64_t interval_ns) {
+    last_step_ = &step;
+    while (now_ns_ >= next_sample_ns_) {
+      SeriesPoint p;
+      p.t_s = static_cast<double>(next_sample_ns_) / kNsPerS;
+      p.output_queue = step.output_queue;
+      p.think_queue = step.think_queue;
+      p.waiting = step.waiting;
+      p.swapped = step.swapped;
+      const KvBlockUsage u = kv_.usage();
+      std::uint64_t live = 0;
+      for (std::uint32_t b : u.live_blocks) live += b;
+      p.kv_used_fraction = static_cast<double>(live) / u.total_blocks;
+      if (!window_itl_.empty()) {
+        p.output_itl_p99_ms = detail::percentile(window_itl_, 99);
+        p.output_itl_max_ms = window_itl_.back();
+      }
+      p.tokens = window_tokens_;
+      window_itl_.clear();
+      window_tokens_ = 0;
+      series_.push_back(p);
+      next_sample_ns_ += interval_ns;
+    }
+  }
+
+  ReplayResult summarize();
+
+  const Workload& w_;
+  const ReplayOptions& o_;
+  RooflineCostModel cost_;
+  SignalModel signals_;
+  const ModelConfig& model_;
+  TokenId think_start_;
+  TokenId think_end_;
+  TokenId eos_;
+  PhaseRouter router_;
+  std::uint32_t block_tokens_;
+  KvBlockManager kv_;
+  KvPool pool_;
+  std::unique_ptr<detail::SchedulingPolicy> policy_;
+  ProbeSettings probe_settings_;
+  bool forcing_ = false;
+
+  std::vector<Live> live_;  // indexed by request id
+  std::vector<RequestId> next_turn_;
+  std::priority_queue<Arrival, std::vector<Arrival>, std::greater<>> arrivals_;
+  std::vector<RequestId> ids_;
+  std::vector<TokenId> tokens_;
+  std::vector<PhaseEvent> events_;
+  const EngineStep* last_step_ = nullptr;
+
+  std::int64_t now_ns_ = 0;
+  std::int64_t next_sample_ns_ = 0;
+  std::int64_t busy_ns_ = 0;
+  std::int64_t last_finish_ns_ = 0;
+  std::uint64_t steps_ = 0;
+  std::uint64_t stalled_steps_ = 0;
+  std::uint64_t arrived_ = 0;
+  std::uint64_t active_ = 0;
+  std::uint64_t finished_ = 0;
+  std::uint64_t aborted_ = 0;
+  std::uint64_t reasoning_done_ = 0;
+  std::uint64_t simulated_tokens_ = 0;
+  std::uint64_t prefill_tokens_ = 0;
+  std::uint64_t think_tokens_total_ = 0;
+  std::uint64_t output_tokens_total_ = 0;
+  std::uint64_t preemptions_[3] = {};
+  std::uint64_t preempted_answer_ = 0;
+  std::uint64_t forced_[3] = {};
+  std::uint64_t forced_before_answer_ = 0;
+  std::uint32_t window_tokens_ = 0;
+  std::uint64_t probe_tokens_ = 0;  // probe passes waiting for the next step
+  std::uint64_t probe_kv_tokens_ = 0;
+  std::uint64_t probe_passes_ = 0;
+  std::uint64_t arrival_window_tokens_ = 0;  // generated while first turns still arrive
+  std::int64_t arrival_window_end_ns_ = 0;
+  double wall_s_ = 0;
+  std::vector<float> ttft_, ttot_, ttfv_, output_itl_, think_itl_, think_tpot_, e2e_, think_counts_;
+  std::vector<float> window_itl_;
+  std::vector<SeriesPoint> series_;
+};
+
+ReplayResult Engine::summarize() {
+  using detail::mean;
+  using detail::percentile;
+  ReplayResult out;
+  out.policy = o_.policy;
+  auto& m = out.metrics;
+  auto put = [&](std::string_view name, double v) { m.emplace_back(std::string(name), v); };
+  const double reasoning = std::max<double>(1, static_cast<double>(reasoning_done_));
+  const double makespan_s = static_cast<double>(last_finish_ns_) / kNsPerS;
+  put("requests", static_cast<double>(w_.requests.size()));
+  put("arrived", static_cast<double>(arrived_));
+  put("completed", static_cast<double>(finished_));
+  put("aborted", static_cast<double>(aborted_));
+  put("unfinished", static_cast<double>(active_));
+  put("never_arrived", static_cast<double>(w_.requests.size() - arrived_));
+  put("ttft_p50_ms", percentile(ttft_, 50));
+  put("ttft_p95_ms", percentile(ttft_, 95));
+  put("ttft_p99_ms", percentile(ttft_, 99));
+  put("ttot_p50_ms", percentile(ttot_, 50));
+  put("ttot_p95_ms", percentile(ttot_, 95));
+  put("ttot_p99_ms", percentile(ttot_, 99));
+  put("ttfv_p50_ms", percentile(ttfv_, 50));
+  put("ttfv_p95_ms", percentile(ttfv_, 95));
+  put("output_itl_p50_ms", percentile(output_itl_, 50));
+  put("output_itl_p95_ms", percentile(output_itl_, 95));
+  put("output_itl_p99_ms", percentile(output_itl_, 99));
+  put("output_itl_max_ms", output_itl_.empty() ? 0 : output_itl_.back());
+  put("think_tpot_p50_ms", percentile(think_tpot_, 50));
+  put("think_tpot_p99_ms", percentile(think_tpot_, 99));
+  put("think_itl_p99_ms", percentile(think_itl_, 99));
+  put("think_itl_max_ms", think_itl_.empty() ? 0 : think_itl_.back());
+  put("e2e_p50_ms", percentile(e2e_, 50));
+  put("e2e_p95_ms", percentile(e2e_, 95));
+  put("think_tokens_avg", mean(think_counts_));
+  put("think_tokens_p95", percentile(think_counts_, 95));
+  put("think_tokens_total", static_cast<double>(think_tokens_total_));
+  put("output_tokens_total", static_cast<double>(output_tokens_total_));
+  const std::uint64_t forced_total = forced_[0] + forced_[1] + forced_[2];
+  put("forced_pct", 100.0 * static_cast<double>(forced_total) / reasoning);
+  put("forced_converged_pct", 100.0 * static_cast<double>(forced_[0]) / reasoning);
+  put("forced_overthinking_pct", 100.0 * static_cast<double>(forced_[1]) / reasoning);
+  put("forced_hard_cap_pct", 100.0 * static_cast<double>(forced_[2]) / reasoning);
+  put("forced_before_answer_pct", 100.0 * static_cast<double>(forced_before_answer_) / reasoning);
+  const KvBlockCounters& c = kv_.counters();
+  put("evictions_think_complete", static_cast<double>(c.evictions(BlockTier::kThinkComplete)));
+  put("evictions_think_active", static_cast<double>(c.evictions(BlockTier::kThinkActive)));
+  put("evictions_output_critical", static_cast<double>(c.evictions(BlockTier::kOutputCritical)));
+  put("output_critical_eviction_events", static_cast<double>(c.output_critical_eviction_events));
+  put("preemptions", static_cast<double>(preemptions_[0] + preemptions_[1] + preemptions_[2]));
+  put("preemptions_recompute", static_cast<double>(preemptions_[0]));
+  put("preemptions_swap", static_cast<double>(preemptions_[1]));
+  put("preempted_answer_phase", static_cast<double>(preempted_answer_));
+  const auto lookups = static_cast<double>(pool_.prompt_lookup_blocks());
+  put("prefix_hit_rate", lookups > 0 ? static_cast<double>(pool_.prompt_hit_blocks()) / lookups : 0);
+  const auto generated = static_cast<double>(think_tokens_total_ + output_tokens_total_);
+  put("throughput_tokens_per_s", makespan_s > 0 ? generated / makespan_s : 0);
+  put("think_throughput_tokens_per_s",
+      makespan_s > 0 ? static_cast<double>(think_tokens_total_) / makespan_s : 0);
+  const double window_s = static_cast<double>(arrival_window_end_ns_) / kNsPerS;
+  put("arrival_window_throughput_tokens_per_s",
+      window_s > 0 ? static_cast<double>(arrival_window_tokens_) / window_s : 0);
+  put("probe_passes", static_cast<double>(probe_passes_));
+  put("prefill_tokens", static_cast<double>(prefill_tokens_));
+  put("simulated_tokens", static_cast<double>(simulated_tokens_));
+  put("steps", static_cast<double>(steps_));
+  put("makespan_s", makespan_s);
+  put("gpu_busy_pct", makespan_s > 0 ? 100.0 * static_cast<double>(busy_ns_) / kNsPerS / makespan_s : 0);
+  put("sim_wall_s", wall_s_);
+  put("sim_tokens_per_s", wall_s_ > 0 ? static_cast<double>(simulated_tokens_) / wall_s_ : 0);
+  out.series = std::move(series_);
+  out.ttft_ms = std::move(ttft_);
+  out.ttot_ms = std::move(ttot_);
+  out.ttfv_ms = std::move(ttfv_);
+  out.output_itl_ms = std::move(output_itl_);
+  out.think_tpot_ms = std::move(think_tpot_);
+  out.e2e_ms = std::move(e2e_);
+  return out;
+}
+
+}  // namespace
+
+ReplayResult run_replay(const Workload& workload, const ReplayOptions& options) {
+  Engine engine(workload, options);
+  return engine.run();
+}
+
+double ReplayResult::metric(std::string_view name) const {
+  for (const auto& [k, v] : metrics) {
+    if (k == name) return v;
+  }
+  throw std::out_of_range(fmt::format("replay result has no metric \"{}\"", name));
+}
+
+}  // namespace meridian::sim

@@ -1,0 +1,221 @@
+// A model of vLLM v1's scheduler (vllm/v1/core/sched/scheduler.py), the
+// baselines of the A/B replay:
+//  * running requests first, in list order; each gets min(remaining, budget)
+//    tokens (chunked prefill, long_prefill_token_threshold off);
+//  * when a request's KV allocation fails, preempt by recompute: the tail of
+//    the running list (fcfs) or the max (priority, arrival) request (priority),
+//    freeing its blocks (hashed blocks stay cached) and putting it back at the
+//    front of the waiting queue with nothing computed; stop if it was itself;
+//  * then, only if nothing was preempted this step, admit waiting requests in
+//    queue order (fcfs: FIFO, priority: (priority, arrival)) while the budget,
+//    max_num_seqs and KV allow; a request that does not fit blocks the queue.
+// Nothing is phase-aware: one LRU tier for every block, no forcing.
+#include <algorithm>
+#include <deque>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "sim/policy.h"
+
+namespace meridian::sim::detail {
+namespace {
+
+class VllmPolicy final : public SchedulingPolicy {
+ public:
+  VllmPolicy(const VllmPolicyOptions& options, KvPool& pool) : opt_(options), pool_(pool) {}
+
+  void add(const NewRequest& request, std::int32_t priority) override {
+    if (request.id >= reqs_.size()) reqs_.resize(request.id + 1);
+    Req& r = reqs_[request.id];
+    r = Req{};
+    r.live = true;
+    r.priority = priority;
+    r.arrival_ns = request.arrival_ns;
+    r.prompt = request.prompt_tokens;
+    r.phase = request.phase;
+    enqueue(request.id, false);
+  }
+
+  void set_phase(RequestId id, Phase phase) override { reqs_.at(id).phase = phase; }
+
+  void finish(RequestId id) override {
+    Req& r = reqs_.at(id);
+    if (r.running) {
+      running_.erase(std::find(running_.begin(), running_.end(), id));
+    } else {
+      dequeue(id);
+    }
+    r.live = false;
+    r.running = false;
+  }
+
+  bool looks_up_prefix_at_arrival() const override { return false; }
+  bool tiered_kv() const override { return false; }
+
+  const EngineStep& plan(std::int64_t /*now_ns*/) override {
+    step_.items.clear();
+    step_.preempted.clear();
+    std::uint32_t budget = opt_.max_num_batched_tokens;
+    bool preempted_any = false;
+    for (std::size_t i = 0; i < running_.size() && budget > 0;) {
+      const RequestId id = running_[i];
+      Req& r = reqs_[id];
+      const std::uint32_t n = std::min(r.tokens() - r.computed, budget);
+      const std::uint32_t need = pool_.blocks_for(std::uint64_t{r.computed} + n) - pool_.held(id);
+      bool scheduled = true;
+      while (!pool_.allocate(id, BlockTier::kOutputCritical, need)) {
+        const std::size_t victim = pick_victim();
+        const RequestId vid = running_[victim];
+        budget += unschedule(vid);
+        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(victim));
+        if (victim < i) --i;
+        preempt(vid);
+        preempted_any = true;
+        if (vid == id) {
+          scheduled = false;
+          break;
+        }
+      }
+      if (!scheduled) break;
+      step_.items.push_back({id, WorkKind::kDecode, n, r.computed, r.computed + n == r.tokens()});
+      if (r.computed + n < r.tokens() || r.computed < r.tokens() - 1) {
+        step_.items.back().kind = WorkKind::kPrefill;
+      }
+      budget -= n;
+      ++i;
+    }
+    if (!preempted_any) admit(budget);
+    step_.output_queue = 0;
+    step_.think_queue = 0;
+    for (RequestId id : running_) {
+      (reqs_[id].phase == Phase::kOutputDecode ? step_.output_queue : step_.think_queue) += 1;
+    }
+    step_.waiting = static_cast<std::uint32_t>(opt_.priority ? waiting_prio_.size() : waiting_fifo_.size());
+    return step_;
+  }
+
+  void complete(double /*ms*/, std::int64_t /*end_ns*/) override {
+    for (const StepItem& w : step_.items) {
+      Req& r = reqs_[w.id];
+      r.computed += w.tokens;
+      if (w.samples_token) ++r.generated;
+    }
+  }
+
+ private:
+  struct Req {
+    bool live = false;
+    bool running = false;
+    std::int32_t priority = 0;
+    std::int64_t arrival_ns = 0;
+    std::uint32_t prompt = 0;
+    std::uint32_t generated = 0;
+    std::uint32_t computed = 0;
+    std::uint32_t preemptions = 0;
+    bool admitted_once = false;
+    Phase phase = Phase::kThinkDecode;
+    [[nodiscard]] std::uint32_t tokens() const { return prompt + generated; }
+  };
+  using PrioKey = std::tuple<std::int32_t, std::int64_t, RequestId>;
+
+  [[nodiscard]] PrioKey key(RequestId id) const { return {reqs_[id].priority, reqs_[id].arrival_ns, id}; }
+
+  void enqueue(RequestId id, bool front) {
+    if (opt_.priority) {
+      waiting_prio_.insert(key(id));
+    } else if (front) {
+      waiting_fifo_.push_front(id);
+    } else {
+      waiting_fifo_.push_back(id);
+    }
+  }
+  void dequeue(RequestId id) {
+    if (opt_.priority) {
+      waiting_prio_.erase(key(id));
+    } else if (auto it = std::find(waiting_fifo_.begin(), waiting_fifo_.end(), id);
+               it != waiting_fifo_.end()) {
+      waiting_fifo_.erase(it);
+    }
+  }
+
+  [[nodiscard]] std::size_t pick_victim() const {
+    if (!opt_.priority) return running_.size() - 1;
+    std::size_t best = 0;
+    for (std::size_t k = 1; k < running_.size(); ++k) {
+      if (key(running_[k]) > key(running_[best])) best = k;
+    }
+    return best;
+  }
+
+  // Drops `id`'s item from this step's plan if it was scheduled; returns its tokens.
+  std::uint32_t unschedule(RequestId id) {
+    for (auto it = step_.items.begin(); it != step_.items.end(); ++it) {
+      if (it->id == id) {
+        const std::uint32_t tokens = it->tokens;
+        step_.items.erase(it);
+        return tokens;
+      }
+    }
+    return 0;
+  }
+
+  void preempt(RequestId id) {
+    Req& r = reqs_[id];
+    pool_.kv().release(id, ReleaseKind::kRecompute, r.phase == Phase::kOutputDecode);
+    r.running = false;
+    r.computed = 0;
+    ++r.preemptions;
+    step_.preempted.push_back({id, r.phase, ReclaimMode::kRecompute, 0, r.preemptions});
+    enqueue(id, true);
+  }
+
+  void admit(std::uint32_t budget) {
+    while (budget > 0 && running_.size() < opt_.max_num_seqs) {
+      RequestId id = 0;
+      if (opt_.priority) {
+        if (waiting_prio_.empty()) return;
+        id = std::get<2>(*waiting_prio_.begin());
+      } else {
+        if (waiting_fifo_.empty()) return;
+        id = waiting_fifo_.front();
+      }
+      Req& r = reqs_[id];
+      r.computed = pool_.attach_prefix(id, r.tokens(), !r.admitted_once);
+      const std::uint32_t n = std::min(r.tokens() - r.computed, budget);
+      const std::uint32_t need = pool_.blocks_for(std::uint64_t{r.computed} + n) - pool_.held(id);
+      if (!pool_.allocate(id, BlockTier::kOutputCritical, need)) {
+        // Undo the lookup: the attached blocks go back to the cache.
+        pool_.kv().release(id, ReleaseKind::kFinished);
+        r.computed = 0;
+        return;
+      }
+      r.admitted_once = true;
+      if (opt_.priority) {
+        waiting_prio_.erase(waiting_prio_.begin());
+      } else {
+        waiting_fifo_.pop_front();
+      }
+      r.running = true;
+      running_.push_back(id);
+      step_.items.push_back({id, WorkKind::kPrefill, n, r.computed, r.computed + n == r.tokens()});
+      budget -= n;
+    }
+  }
+
+  VllmPolicyOptions opt_;
+  KvPool& pool_;
+  std::vector<Req> reqs_;  // indexed by request id
+  std::vector<RequestId> running_;
+  std::deque<RequestId> waiting_fifo_;
+  std::set<PrioKey> waiting_prio_;
+  EngineStep step_;
+};
+
+}  // namespace
+
+std::unique_ptr<SchedulingPolicy> make_vllm_policy(const VllmPolicyOptions& options, KvPool& pool) {
+  return std::make_unique<VllmPolicy>(options, pool);
+}
+
+}  // namespace meridian::sim::detail

@@ -1,0 +1,233 @@
+// The replay engine: cost model against hand-computed steps, determinism,
+// conservation, and what each policy must (not) do on a shared workload.
+#include "meridian/replay.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+namespace meridian::sim {
+namespace {
+
+TEST(RooflineCostModel, DecodeStepIsMemoryBoundAndMatchesHandComputation) {
+  const RooflineCostModel m(CostModelParams{});
+  // Qwen3-8B: 36 layers x 8 KV heads x 128 x (K, V) x 2 B = 147,456 B per token.
+  EXPECT_EQ(m.params().kv_bytes_per_token(), 147456U);
+  StepShape decode;
+  decode.tokens = 1;
+  decode.kv_tokens_read = 1000;
+  decode.attended_pairs = 1000;
+  // (16.4e9 + 147456 * 1000) B / (3350e9 * 0.8 B/s) = 6.17442 ms;
+  // (2 * 8.19e9 + 4 * 36 * 32 * 128 * 1000) / (989e12 * 0.55) = 0.0311974 ms.
+  EXPECT_NEAR(m.memory_ms(decode), 6.174424, 1e-5);
+  EXPECT_NEAR(m.compute_ms(decode), 0.0311974, 1e-6);
+  EXPECT_NEAR(m.step_ms(decode), 1.5 + 6.174424, 1e-5);
+}
+
+TEST(RooflineCostModel, PrefillChunkIsComputeBoundAndSwapAddsPcieTime) {
+  const RooflineCostModel m(CostModelParams{});
+  StepShape prefill;
+  prefill.tokens = 4096;
+  prefill.kv_tokens_read = 4096;
+  prefill.attended_pairs = 4096.0 * 4097.0 / 2.0;
+  // (2 * 8.19e9 * 4096 + 589824 * 8390656) FLOP / 543.95 TFLOP/s = 132.4414 ms.
+  EXPECT_NEAR(m.compute_ms(prefill), 132.4414, 1e-3);
+  EXPECT_NEAR(m.memory_ms(prefill), 6.344769, 1e-5);
+  EXPECT_NEAR(m.step_ms(prefill), 1.5 + 132.4414, 1e-3);
+  // 1000 tokens of KV over 50 GB/s: 147.456 MB -> 2.94912 ms.
+  EXPECT_NEAR(m.swap_ms(1000), 2.94912, 1e-6);
+  prefill.swap_tokens = 1000;
+  EXPECT_NEAR(m.step_ms(prefill), 1.5 + 132.4414 + 2.94912, 1e-3);
+}
+
+TEST(RooflineCostModel, KvCapacityIsMemoryLeftAfterWeightsAndActivations) {
+  const RooflineCostModel m(CostModelParams{});
+  // 80e9 * 0.9 - 16.4e9 - 4e9 = 51.6e9 B; / (147456 * 16) = 21870.9 blocks.
+  EXPECT_NEAR(m.kv_capacity_bytes(), 51.6e9, 1.0);
+  EXPECT_EQ(m.kv_capacity_blocks(16), 21870U);
+}
+
+TEST(RooflineCostModel, RejectsBadCoefficientsByDottedPath) {
+  CostModelParams p;
+  p.bandwidth_efficiency = 1.5;
+  p.gpu_memory_gb = 10;  // less than the weights
+  try {
+    (void)RooflineCostModel(p);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cost_model.bandwidth_efficiency must be in (0, 1]; got 1.5"), std::string::npos)
+        << what;
+  }
+  p.bandwidth_efficiency = 0.8;
+  EXPECT_THROW((void)RooflineCostModel(p), ConfigError);
+}
+
+ReplayParams small_params(double rate = 2.0, double duration = 40) {
+  ReplayParams p;
+  p.workload.arrival_rate = rate;
+  p.workload.duration_s = duration;
+  return p;
+}
+
+ReplayResult run(PolicyKind policy, const Workload& w, const ReplayParams& params, std::uint64_t seed = 7,
+                 double think_fraction = 0.40) {
+  ReplayOptions o;
+  o.policy = policy;
+  o.params = params;
+  o.seed = seed;
+  o.config.kv_memory.think_phase_memory_fraction = think_fraction;
+  return run_replay(w, o);
+}
+
+std::vector<std::pair<std::string, double>> deterministic(const ReplayResult& r) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& kv : r.metrics) {
+    if (kv.first != "sim_wall_s" && kv.first != "sim_tokens_per_s") out.push_back(kv);
+  }
+  return out;
+}
+
+TEST(Replay, SameSeedGivesIdenticalReports) {
+  const ReplayParams params = small_params();
+  const Workload w1 = generate_workload(params.workload, 11);
+  const Workload w2 = generate_workload(params.workload, 11);
+  ASSERT_EQ(w1.requests.size(), w2.requests.size());
+  for (PolicyKind p : kAllPolicies) {
+    const ReplayResult a = run(p, w1, params);
+    const ReplayResult b = run(p, w2, params);
+    EXPECT_EQ(deterministic(a), deterministic(b)) << to_string(p);
+    EXPECT_EQ(a.output_itl_ms, b.output_itl_ms) << to_string(p);
+    EXPECT_EQ(a.series.size(), b.series.size()) << to_string(p);
+  }
+  // A different seed is a different workload.
+  const Workload w3 = generate_workload(params.workload, 12);
+  EXPECT_NE(deterministic(run(PolicyKind::kMeridian, w1, params)),
+            deterministic(run(PolicyKind::kMeridian, w3, params)));
+}
+
+void expect_conserved(const ReplayResult& r, const Workload& w) {
+  const std::string name(to_string(r.policy));
+  EXPECT_EQ(r.metric("requests"), static_cast<double>(w.requests.size())) << name;
+  EXPECT_EQ(r.metric("arrived") + r.metric("never_arrived"), r.metric("requests")) << name;
+  EXPECT_EQ(r.metric("completed") + r.metric("aborted") + r.metric("unfinished"), r.metric("arrived"))
+      << name;
+}
+
+TEST(Replay, EveryRequestFinishesOrIsReportedUnderMemoryPressure) {
+  // A small GPU: ~1,300 blocks of KV, so every policy must preempt.
+  ReplayParams params = small_params(3.0, 60);
+  params.cost_model.gpu_memory_gb = 24;
+  params.cost_model.gpu_memory_utilization = 0.95;
+  const Workload w = generate_workload(params.workload, 3);
+  double answer_tokens = 0;
+  for (const RequestSpec& r : w.requests) answer_tokens += r.answer_tokens;
+  for (PolicyKind p : kAllPolicies) {
+    // With the default 40% think cap a long reasoning request cannot fit in
+    // this small KV at all (Meridian aborts it, and reports it): see below.
+    const ReplayResult r = run(p, w, params, 7, 0.9);
+    expect_conserved(r, w);
+    EXPECT_EQ(r.metric("completed"), r.metric("requests")) << to_string(p);
+    EXPECT_EQ(r.metric("output_tokens_total"), answer_tokens) << to_string(p);
+    EXPECT_GT(r.metric("preemptions"), 0) << to_string(p);
+  }
+}
+
+TEST(Replay, RequestsThatCanNeverFitAreAbortedAndReported) {
+  ReplayParams params = small_params(3.0, 60);
+  params.cost_model.gpu_memory_gb = 24;
+  params.cost_model.gpu_memory_utilization = 0.95;
+  const Workload w = generate_workload(params.workload, 3);
+  // 40% of ~1,300 blocks caps reasoning at ~8,300 tokens of KV: longer ones are aborted.
+  const ReplayResult r = run(PolicyKind::kMeridian, w, params);
+  expect_conserved(r, w);
+  EXPECT_GT(r.metric("aborted"), 0);
+  EXPECT_EQ(r.metric("completed") + r.metric("aborted"), r.metric("arrived"));
+}
+
+TEST(Replay, ConservationHoldsWhenTheRunIsCutShort) {
+  ReplayParams params = small_params(4.0, 60);
+  params.engine.max_sim_time_s = 30;  // stops with requests in flight
+  const Workload w = generate_workload(params.workload, 5);
+  for (PolicyKind p : kAllPolicies) {
+    const ReplayResult r = run(p, w, params);
+    expect_conserved(r, w);
+    EXPECT_GT(r.metric("unfinished") + r.metric("never_arrived"), 0) << to_string(p);
+  }
+}
+
+TEST(Replay, StaticBudgetCapsThinkingAndVllmNeverForces) {
+  const ReplayParams params = small_params();
+  const Workload w = generate_workload(params.workload, 9);
+  const ReplayResult budget = run(PolicyKind::kStaticBudget, w, params);
+  EXPECT_LE(budget.metric("think_tokens_p95"), params.engine.thinking_token_budget);
+  EXPECT_GT(budget.metric("forced_hard_cap_pct"), 0);
+  EXPECT_EQ(budget.metric("forced_converged_pct") + budget.metric("forced_overthinking_pct"), 0);
+  for (PolicyKind p : {PolicyKind::kVllmFcfs, PolicyKind::kVllmPriority, PolicyKind::kMeridianNoForcing}) {
+    const ReplayResult r = run(p, w, params);
+    EXPECT_EQ(r.metric("forced_pct"), 0) << to_string(p);
+    // Without forcing every request thinks its natural length.
+    EXPECT_GT(r.metric("think_tokens_total"), budget.metric("think_tokens_total")) << to_string(p);
+  }
+}
+
+TEST(Replay, MeridianForcesOnEntropySignalsAndSavesThinkTokens) {
+  const ReplayParams params = small_params(1.0, 120);
+  const Workload w = generate_workload(params.workload, 21);
+  const ReplayResult forced = run(PolicyKind::kMeridian, w, params);
+  const ReplayResult unforced = run(PolicyKind::kMeridianNoForcing, w, params);
+  EXPECT_GT(forced.metric("forced_overthinking_pct") + forced.metric("forced_converged_pct"), 0);
+  EXPECT_LT(forced.metric("think_tokens_total"), unforced.metric("think_tokens_total"));
+  EXPECT_EQ(forced.metric("output_tokens_total"), unforced.metric("output_tokens_total"));
+  EXPECT_GT(forced.metric("probe_passes"), 0);
+  EXPECT_EQ(unforced.metric("probe_passes"), 0);
+}
+
+TEST(Replay, VllmBaselinesKeepOneLruTierMeridianTiersReasoning) {
+  ReplayParams params = small_params(3.0, 60);
+  params.cost_model.gpu_memory_gb = 24;
+  params.cost_model.gpu_memory_utilization = 0.95;
+  const Workload w = generate_workload(params.workload, 3);
+  const ReplayResult fcfs = run(PolicyKind::kVllmFcfs, w, params);
+  EXPECT_EQ(fcfs.metric("evictions_think_complete") + fcfs.metric("evictions_think_active"), 0);
+  const ReplayResult meridian = run(PolicyKind::kMeridian, w, params);
+  EXPECT_GT(meridian.metric("evictions_think_complete") + meridian.metric("evictions_think_active"), 0);
+}
+
+TEST(Replay, ReportsCarryTheContractKeys) {
+  const ReplayParams params = small_params(1.0, 20);
+  const Workload w = generate_workload(params.workload, 1);
+  std::vector<ReplayResult> results;
+  for (PolicyKind p : kAllPolicies) results.push_back(run(p, w, params));
+  ReportContext ctx;
+  ctx.requests = w.requests.size();
+  ctx.params = params;
+  const std::string json = ab_report_json(results, ctx);
+  for (const char* key : {"ttft_p95_ms", "ttot_p95_ms", "output_itl_p99_ms", "think_tpot_p99_ms",
+                          "think_tokens_avg", "throughput_tokens_per_s", "preemptions",
+                          "output_critical_eviction_events", "simulated_tokens", "sim_wall_s"}) {
+    EXPECT_NE(json.find(std::string("\"") + key + "\""), std::string::npos) << key;
+  }
+  // Every catalog metric is reported, in catalog order.
+  ASSERT_EQ(results[0].metrics.size(), metric_catalog().size());
+  for (std::size_t i = 0; i < metric_catalog().size(); ++i) {
+    EXPECT_EQ(results[0].metrics[i].first, metric_catalog()[i].name);
+  }
+  const std::string md = ab_report_markdown(results, ctx);
+  EXPECT_NE(md.find("meridian Δ% vs vllm-fcfs"), std::string::npos);
+}
+
+TEST(DeltaFlags, ThresholdsAndDirection) {
+  EXPECT_EQ(delta_flag(-25, Better::kLower), "WIN");
+  EXPECT_EQ(delta_flag(-5, Better::kLower), "win");
+  EXPECT_EQ(delta_flag(1.5, Better::kLower), "FLAT");
+  EXPECT_EQ(delta_flag(5, Better::kLower), "loss");
+  EXPECT_EQ(delta_flag(25, Better::kLower), "LOSS");
+  EXPECT_EQ(delta_flag(25, Better::kHigher), "WIN");
+  EXPECT_EQ(delta_pct(50, 100), -50);
+  EXPECT_EQ(delta_pct(0, 0), 0);
+  EXPECT_TRUE(std::isinf(delta_pct(1, 0)));
+}
+
+}  // namespace
+}  // namespace meridian::sim

@@ -1,0 +1,119 @@
+// Trace tables for the vLLM baseline policies of the replay (src/sim/vllm_policy.cpp):
+// who is scheduled, who is preempted, and in which order, step by step.
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sim/policy.h"
+
+namespace meridian::sim::detail {
+namespace {
+
+struct Row {
+  std::vector<RequestId> scheduled;
+  std::vector<RequestId> preempted;
+};
+
+class VllmTrace {
+ public:
+  VllmTrace(bool priority, std::uint32_t blocks, std::uint32_t block_tokens = 4, std::uint32_t budget = 64)
+      : kv_(options(blocks)),
+        pool_(kv_, block_tokens, [](RequestId id, std::uint32_t index) { return id * 1000 + index; }),
+        policy_(make_vllm_policy({priority, budget, 16}, pool_)) {}
+
+  void add(RequestId id, std::uint32_t prompt, std::int32_t priority = 0) {
+    policy_->add({id, Phase::kThinkDecode, prompt, 0, static_cast<std::int64_t>(id)}, priority);
+  }
+
+  Row step() {
+    const EngineStep& s = policy_->plan(0);
+    Row row;
+    for (const StepItem& w : s.items) row.scheduled.push_back(w.id);
+    for (const Preemption& p : s.preempted) row.preempted.push_back(p.id);
+    policy_->complete(1.0, 0);
+    return row;
+  }
+
+  KvBlockManager& kv() { return kv_; }
+  SchedulingPolicy& policy() { return *policy_; }
+
+ private:
+  static KvBlockManagerOptions options(std::uint32_t blocks) {
+    KvBlockManagerOptions o;
+    o.num_blocks = blocks;
+    return o;
+  }
+  KvBlockManager kv_;
+  KvPool pool_;
+  std::unique_ptr<SchedulingPolicy> policy_;
+};
+
+TEST(VllmFcfsTrace, PreemptsTheTailOfTheRunningList) {
+  // 5 blocks of 4 tokens; three 4-token prompts take one block each.
+  VllmTrace t(false, 5);
+  t.add(1, 4);
+  t.add(2, 4);
+  t.add(3, 4);
+  const std::vector<Row> expected = {
+      {{1, 2, 3}, {}},  // admit all three in arrival order (prefill, one block each)
+      {{1, 2}, {3}},  // decodes need a 2nd block each: 1 and 2 get the last two; 3 (the tail) preempts itself
+      {{1, 2}, {}},   // nothing preempted, but 3 cannot be re-admitted: its block is cached, no free block
+  };
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const Row row = t.step();
+    EXPECT_EQ(row.scheduled, expected[i].scheduled) << "step " << i + 1;
+    EXPECT_EQ(row.preempted, expected[i].preempted) << "step " << i + 1;
+  }
+  // Request 3 waits at the front of the queue; when 1 finishes it comes back
+  // and reuses its cached prompt block (prefix hit after recompute preemption).
+  t.policy().finish(1);
+  t.kv().release(1, ReleaseKind::kFinished);
+  const Row row = t.step();
+  EXPECT_EQ(row.scheduled, (std::vector<RequestId>{2, 3}));
+  EXPECT_TRUE(row.preempted.empty());
+}
+
+TEST(VllmFcfsTrace, VictimsComeFromTheTailUntilTheHeadFits) {
+  // 3 blocks: request 1 runs with a 7-token prompt (2 blocks), 2 has 1 block.
+  VllmTrace t(false, 3);
+  t.add(1, 7);
+  t.add(2, 4);
+  EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1, 2}));
+  // 1 is at 8 tokens (2 blocks hold it), 2 at 5 tokens needs a 2nd block: none free,
+  // 2 is the tail and preempts itself.
+  const Row r2 = t.step();
+  EXPECT_EQ(r2.scheduled, (std::vector<RequestId>{1}));
+  EXPECT_EQ(r2.preempted, (std::vector<RequestId>{2}));
+  // 1 needs its 3rd block at token 9: the cached block of 2 is reused; 2 keeps waiting.
+  const Row r3 = t.step();
+  EXPECT_EQ(r3.scheduled, (std::vector<RequestId>{1}));
+  EXPECT_TRUE(r3.preempted.empty());
+}
+
+TEST(VllmPriorityTrace, PreemptsTheLowestPriorityNotTheTail) {
+  VllmTrace t(true, 5);
+  t.add(1, 4, /*priority=*/1);  // low priority, arrives first
+  t.add(2, 4, 0);
+  t.add(3, 4, 0);
+  // Admission order is (priority, arrival): 2, 3, then 1.
+  EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{2, 3, 1}));
+  // Decodes need a block each; two are free. 2 and 3 get them; 1 is the
+  // max (priority, arrival) victim and is preempted.
+  const Row row = t.step();
+  EXPECT_EQ(row.scheduled, (std::vector<RequestId>{2, 3}));
+  EXPECT_EQ(row.preempted, (std::vector<RequestId>{1}));
+}
+
+TEST(VllmFcfsTrace, ChunksPrefillToTheTokenBudgetAndAdmitsInOrder) {
+  VllmTrace t(false, 64, 4, /*budget=*/10);
+  t.add(1, 16);
+  t.add(2, 3);
+  // 10 tokens: request 1's first chunk takes all of them; 2 waits (FCFS).
+  EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));
+  // 6 tokens finish 1's prompt, 3 prefill 2, 1 token of budget is left over.
+  EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1, 2}));
+  EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1, 2}));  // both decode
+}
+
+}  // namespace
+}  // namespace meridian::sim::detail

@@ -1,0 +1,97 @@
+"""`meridian replay` as an operator runs it: the report contract of SPEC §4,
+determinism, bad input, and the plots made from its output."""
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CONTRACT_POLICIES = ["meridian", "vllm-fcfs", "vllm-priority", "static-budget"]
+CONTRACT_METRICS = [
+    "ttft_p95_ms", "ttot_p95_ms", "output_itl_p99_ms", "think_tpot_p99_ms", "think_tokens_avg",
+    "throughput_tokens_per_s", "preemptions", "output_critical_eviction_events", "simulated_tokens", "sim_wall_s",
+]
+
+
+def replay(meridian_bin, out_dir, *args):
+    cmd = [str(meridian_bin), "replay", "--duration-s", "30", "--out-dir", str(out_dir), *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def report_dir(meridian_bin, tmp_path_factory):  # one replay per test: it takes a fraction of a second
+    out = tmp_path_factory.mktemp("replay")
+    result = replay(meridian_bin, out)
+    assert result.returncode == 0, result.stderr
+    assert "| metric |" in result.stdout  # the table is printed
+    return out
+
+
+def test_ab_report_has_the_contract_keys(report_dir):
+    report = json.loads((report_dir / "ab-report.json").read_text())
+    for policy in CONTRACT_POLICIES + ["meridian-no-forcing"]:
+        for metric in CONTRACT_METRICS:
+            value = report["runs"][policy][metric]
+            assert isinstance(value, (int, float)), (policy, metric)
+        assert report["runs"][policy]["completed"] == report["runs"][policy]["requests"]
+    flags = {d["flag"] for d in report["deltas"]["vllm-fcfs"]["meridian"].values()}
+    assert flags <= {"WIN", "win", "FLAT", "loss", "LOSS"}
+    assert {t["name"] for t in report["targets"]} >= {"ttot_p95_vs_vllm_fcfs", "output_itl_p99_vs_vllm_fcfs"}
+    for policy in CONTRACT_POLICIES:
+        per = json.loads((report_dir / policy / "report.json").read_text())
+        assert per["policy"] == policy
+        assert per["series"] and per["cdf"]["output_itl_ms"]
+    assert (report_dir / "ab-report.md").read_text().startswith("# Meridian A/B replay")
+
+
+def test_same_seed_same_report(meridian_bin, report_dir, tmp_path):
+    again = replay(meridian_bin, tmp_path)
+    assert again.returncode == 0, again.stderr
+
+    def stable(path):
+        runs = json.loads(path.read_text())["runs"]
+        return {p: {k: v for k, v in m.items() if not k.startswith("sim_")} for p, m in runs.items()}
+
+    assert stable(report_dir / "ab-report.json") == stable(tmp_path / "ab-report.json")
+
+
+def test_trace_replay_and_written_workload_round_trip(meridian_bin, report_dir, tmp_path):
+    result = replay(meridian_bin, tmp_path, "--trace", report_dir / "workload.jsonl", "--policies", "vllm-fcfs")
+    assert result.returncode == 0, result.stderr
+    original = json.loads((report_dir / "ab-report.json").read_text())["runs"]["vllm-fcfs"]
+    traced = json.loads((tmp_path / "ab-report.json").read_text())["runs"]["vllm-fcfs"]
+    assert traced["requests"] == original["requests"]
+    assert traced["output_tokens_total"] == original["output_tokens_total"]
+
+
+def test_bad_input_names_the_field(meridian_bin, tmp_path):
+    params = tmp_path / "replay.toml"
+    params.write_text("[cost_model]\nbandwidth_efficiency = 1.5\n")
+    result = replay(meridian_bin, tmp_path, "--params", params)
+    assert result.returncode == 1
+    assert "cost_model.bandwidth_efficiency must be in (0, 1]; got 1.5" in result.stderr
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 10, "answer_tokens": 5}\n{"arrival_s": 1}\n')
+    result = replay(meridian_bin, tmp_path, "--trace", trace)
+    assert result.returncode == 1
+    assert f"{trace}:2: prompt_tokens: is required" in result.stderr
+    result = replay(meridian_bin, tmp_path, "--policies", "vllm-fifo")
+    assert result.returncode == 1
+    assert 'unknown policy "vllm-fifo"' in result.stderr
+
+
+def test_load_sweep_and_plots(meridian_bin, report_dir, tmp_path):
+    pytest.importorskip("matplotlib")
+    result = replay(meridian_bin, report_dir, "--load-sweep", "1,2", "--policies", "vllm-fcfs,meridian")
+    assert result.returncode == 0, result.stderr
+    sweep = json.loads((report_dir / "load-sweep.json").read_text())
+    assert sweep["rates"] == [1, 2]
+    assert len(sweep["runs"]["meridian"]) == 2
+    plots = subprocess.run([sys.executable, str(REPO / "benchmarks" / "plot_replay.py"), str(report_dir)],
+                           capture_output=True, text=True, timeout=120)
+    assert plots.returncode == 0, plots.stderr
+    for name in ["latency_cdf.png", "itl_over_time.png", "queue_depths.png", "load_sweep.png"]:
+        png = report_dir / "plots" / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
