@@ -157,7 +157,6 @@ class Engine {
         // (reporting them unfinished) if that never changes.
         if (++stalled > kMaxStalledSteps) break;
         now_ns_ += static_cast<std::int64_t>(cost_.step_ms({}) * kNsPerMs);
-        ++stalled_steps_;
         continue;
       }
       stalled = 0;
@@ -397,7 +396,6 @@ class Engine {
   }
 
   void sample_series(const EngineStep& step, std::int64_t interval_ns) {
-    last_step_ = &step;
     while (now_ns_ >= next_sample_ns_) {
       SeriesPoint p;
       p.t_s = static_cast<double>(next_sample_ns_) / kNsPerS;
@@ -445,14 +443,12 @@ class Engine {
   std::vector<RequestId> ids_;
   std::vector<TokenId> tokens_;
   std::vector<PhaseEvent> events_;
-  const EngineStep* last_step_ = nullptr;
 
   std::int64_t now_ns_ = 0;
   std::int64_t next_sample_ns_ = 0;
   std::int64_t busy_ns_ = 0;
   std::int64_t last_finish_ns_ = 0;
   std::uint64_t steps_ = 0;
-  std::uint64_t stalled_steps_ = 0;
   std::uint64_t arrived_ = 0;
   std::uint64_t active_ = 0;
   std::uint64_t finished_ = 0;

@@ -78,10 +78,9 @@ class VllmPolicy final : public SchedulingPolicy {
         }
       }
       if (!scheduled) break;
-      step_.items.push_back({id, WorkKind::kDecode, n, r.computed, r.computed + n == r.tokens()});
-      if (r.computed + n < r.tokens() || r.computed < r.tokens() - 1) {
-        step_.items.back().kind = WorkKind::kPrefill;
-      }
+      // Only the last sampled token left to compute is a decode; anything more is (re)prefill.
+      const WorkKind kind = r.computed + 1 < r.tokens() ? WorkKind::kPrefill : WorkKind::kDecode;
+      step_.items.push_back({id, kind, n, r.computed, r.computed + n == r.tokens()});
       budget -= n;
       ++i;
     }
