@@ -32,21 +32,42 @@ enum class PolicyKind : std::uint8_t {
   kStaticBudget = 2,       ///< vllm-fcfs plus vLLM's thinking_token_budget (forces </think> at N)
   kMeridianNoForcing = 3,  ///< Meridian scheduling and KV tiers, hard cap only
   kMeridian = 4,           ///< Meridian: dual queue, tiers, preemption, entropy forcing
+  kVllmFcfsTuned = 5,      ///< vllm-fcfs with the ITL-tuned max_num_batched_tokens (2048)
 };
-inline constexpr std::array<PolicyKind, 5> kAllPolicies = {
-    PolicyKind::kVllmFcfs, PolicyKind::kVllmPriority, PolicyKind::kStaticBudget,
-    PolicyKind::kMeridianNoForcing, PolicyKind::kMeridian};
+/// Every policy, in report order: the vLLM baselines first, then Meridian.
+inline constexpr std::array<PolicyKind, 6> kAllPolicies = {
+    PolicyKind::kVllmFcfs,    PolicyKind::kVllmFcfsTuned,      PolicyKind::kVllmPriority,
+    PolicyKind::kStaticBudget, PolicyKind::kMeridianNoForcing, PolicyKind::kMeridian};
 [[nodiscard]] std::string_view to_string(PolicyKind policy) noexcept;
-/// "meridian", "meridian-no-forcing", "vllm-fcfs", "vllm-priority", "static-budget".
+/// "meridian", "meridian-no-forcing", "vllm-fcfs", "vllm-fcfs-tuned", "vllm-priority", "static-budget".
 [[nodiscard]] std::optional<PolicyKind> parse_policy(std::string_view name) noexcept;
+/// Whether the policy is Meridian's (tiered KV, phase-aware scheduling).
+[[nodiscard]] constexpr bool is_meridian(PolicyKind p) noexcept {
+  return p == PolicyKind::kMeridian || p == PolicyKind::kMeridianNoForcing;
+}
 
 /// [engine]: the simulated engine's limits (vLLM's defaults for an H100 API server).
 struct EngineParams {
   std::uint32_t max_num_batched_tokens = 8192;
   std::uint32_t max_num_seqs = 1024;
+  /// vllm-fcfs-tuned: what operators who care about ITL run (vLLM's tuning
+  /// guide: smaller budgets mean fewer prefill tokens stretching a decode step).
+  std::uint32_t tuned_max_num_batched_tokens = 2048;
   std::uint32_t thinking_token_budget = 2048;  ///< static-budget's vLLM thinking_token_budget
   double series_interval_s = 1.0;              ///< time-series sampling period
   double max_sim_time_s = 86400;  ///< safety stop: requests still open are reported as unfinished
+};
+
+/// [slo]: what a request needs to count as served well (DistServe's SLO
+/// attainment, extended by phase). A request meets its SLO when every bound
+/// that applies to it holds: TTFT always; output TPOT when it has >= 2
+/// visible tokens; think TPOT when it thought >= 2 tokens. A request that
+/// does not complete does not meet it.
+struct SloParams {
+  double ttft_ms = 1000;        ///< arrival -> first generated token (think or visible)
+  double output_tpot_ms = 20;   ///< mean gap between a request's visible tokens (the seeds' output budget)
+  double think_tpot_ms = 80;    ///< think duration / think tokens
+  double attainment_pct = 90;   ///< goodput: highest rate with at least this share meeting the SLO
 };
 
 /// Everything a replay TOML file holds.
@@ -55,13 +76,18 @@ struct ReplayParams {
   CostModelParams cost_model;
   WorkloadParams workload;
   SignalModelParams signal_model;
+  SloParams slo;
 };
 
-/// Defaults overlaid by a replay TOML document. Throws ConfigError naming
+/// Defaults overlaid by a replay TOML document. The [workload] defaults are
+/// those of the workload kind the document names (`workload.kind`), or of
+/// `kind_override` when given (the CLI's --workload). Throws ConfigError naming
 /// every bad field by dotted path (e.g. "cost_model.hbm_bandwidth_gbps").
 [[nodiscard]] ReplayParams parse_replay_params(std::string_view toml_text,
-                                               std::string_view source_name = "<string>");
-[[nodiscard]] ReplayParams load_replay_params(const std::filesystem::path& file);
+                                               std::string_view source_name = "<string>",
+                                               std::string_view kind_override = {});
+[[nodiscard]] ReplayParams load_replay_params(const std::filesystem::path& file,
+                                              std::string_view kind_override = {});
 /// Range checks of all sections; throws ConfigError.
 void validate(const ReplayParams& params);
 /// Every field as a TOML document that parse_replay_params() reads back.
@@ -75,7 +101,27 @@ struct ReplayOptions {
   std::uint64_t seed = 42;
   /// Called now and then with the fraction of requests finished (0..1).
   std::function<void(double)> progress;
+  /// Stop the run once more than this many requests have missed their SLO
+  /// (0: never). The goodput search sets it to what already decides "below
+  /// target"; the requests left open count as missing it.
+  std::uint64_t stop_after_slo_misses = 0;
 };
+
+/// What happened to one request (index i holds request id i + 1).
+struct RequestOutcome {
+  bool arrived = false;
+  bool completed = false;
+  bool reasoning = false;
+  float ttft_ms = -1;         ///< -1: no token generated
+  float ttfv_ms = -1;         ///< -1: no visible token
+  float output_tpot_ms = -1;  ///< -1: fewer than 2 visible tokens
+  float think_tpot_ms = -1;   ///< -1: not a reasoning request, or fewer than 2 think tokens
+  std::uint32_t think_tokens = 0;  ///< emitted
+  bool slo_met = false;
+};
+
+/// Whether `r` meets `slo` (SloParams states the rule).
+[[nodiscard]] bool meets_slo(const RequestOutcome& r, const SloParams& slo) noexcept;
 
 /// One sample of the time series.
 struct SeriesPoint {
@@ -97,6 +143,8 @@ struct ReplayResult {
   std::vector<SeriesPoint> series;
   /// Raw per-request / per-token samples (ms), for CDFs.
   std::vector<float> ttft_ms, ttot_ms, ttfv_ms, output_itl_ms, think_tpot_ms, e2e_ms;
+  std::vector<RequestOutcome> outcomes;  ///< one per workload request
+  bool stopped_early = false;            ///< stop_after_slo_misses ended the run
 
   /// The metric's value; throws std::out_of_range naming it if absent.
   [[nodiscard]] double metric(std::string_view name) const;

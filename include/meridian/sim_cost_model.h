@@ -1,17 +1,22 @@
 // Roofline step-cost model of the replay simulator: how long one engine step
-// of a dense transformer takes on one GPU, from what the step contains.
+// of a dense transformer takes on one GPU, from what the step contains. The
+// linear layers and attention are separate kernels with separate bottlenecks,
+// so each gets its own roofline and the two are added:
 //
-//   step_ms = overhead_ms
-//           + max(bytes / (hbm_bandwidth * bandwidth_efficiency),
-//                 flops / (peak_flops * compute_efficiency))
-//           + swap_bytes / pcie_bandwidth
+//   step_ms   = overhead_ms + linear_ms + attention_ms + swap_bytes / pcie_bandwidth
+//   linear_ms = max(linear_weight_bytes / bw, 2 * linear_params * tokens / flops)
+//   attention_ms = max(kv_bytes_per_token * kv_tokens_read / bw,
+//                      4 * layers * q_heads * head_dim * attended_pairs / flops)
 //
-//   bytes = weight_bytes (read once per step) + kv_bytes_per_token * kv_tokens_read
-//   flops = 2 * active_params * tokens + 4 * layers * q_heads * head_dim * attended_pairs
+//   linear_params = active_params - embedding_params (the input embedding is a
+//   row lookup: neither streamed whole nor multiplied; an untied LM head is a
+//   linear layer and stays in); bw and flops are peak x efficiency.
 //
-// It is a roofline, not a measurement: memory-bound decode, compute-bound
-// prefill, nothing about kernel efficiency at small batch, communication or
-// CPU stalls. The defaults describe Qwen3-8B (bf16) on one H100 SXM; every
+// A single max over the whole step would hide a prefill chunk's FLOPs behind
+// the decode batch's KV reads (piggy-backed prefill would look free).
+//
+// It is a roofline, not a measurement: nothing about kernel efficiency at
+// small batch, communication or CPU stalls. The defaults describe Qwen3-8B (bf16) on one H100 SXM; every
 // coefficient is a field of [cost_model] in the replay TOML (docs/benchmarks.md
 // cites each one).
 //
@@ -26,8 +31,11 @@ namespace meridian::sim {
 /// Coefficients of the roofline (units in the names).
 struct CostModelParams {
   // Model (Qwen3-8B: config.json of Qwen/Qwen3-8B).
-  double active_params = 8.19e9;  ///< parameters touched per token
-  double weight_bytes = 16.4e9;   ///< bf16 weights read every step
+  double active_params = 8.19e9;  ///< all parameters (model card: 8.2 B)
+  /// Input embedding table (vocab 151,936 x hidden 4,096): resident, but only
+  /// looked up, so neither read whole per step nor multiplied.
+  double embedding_params = 622329856;
+  double weight_bytes = 16.4e9;  ///< bf16 weights resident in GPU memory
   std::uint32_t layers = 36;
   std::uint32_t q_heads = 32;
   std::uint32_t kv_heads = 8;
@@ -41,9 +49,9 @@ struct CostModelParams {
   double overhead_ms = 1.5;           ///< per step: scheduling, launch, sampling
   double pcie_bandwidth_gbps = 50;    ///< swap traffic, host <-> device (PCIe 5 x16 achieved)
   // Memory (vLLM's accounting: total * gpu_memory_utilization - weights - activations).
-  double gpu_memory_gb = 80;
+  double gpu_memory_gib = 79.19;  ///< what CUDA reports for an "80 GB" H100 (81,090 MiB)
   double gpu_memory_utilization = 0.90;
-  double activation_reserve_gb = 4.0;
+  double activation_reserve_gib = 4.0;
 
   /// K and V of one token across all layers (36 * 8 * 128 * 2 * 2 B = 144 KiB).
   [[nodiscard]] std::uint64_t kv_bytes_per_token() const noexcept {
@@ -70,9 +78,11 @@ class RooflineCostModel {
   /// Duration of one step in milliseconds. An empty step costs overhead_ms
   /// plus one weight read (the engine still runs its forward pass machinery).
   [[nodiscard]] double step_ms(const StepShape& step) const noexcept;
-  /// The memory-bound and compute-bound parts, for tests and docs.
-  [[nodiscard]] double memory_ms(const StepShape& step) const noexcept;
-  [[nodiscard]] double compute_ms(const StepShape& step) const noexcept;
+  /// The two rooflines that step_ms() adds, for tests and docs.
+  [[nodiscard]] double linear_ms(const StepShape& step) const noexcept;
+  [[nodiscard]] double attention_ms(const StepShape& step) const noexcept;
+  /// Bytes of linear-layer weights streamed by every step (embedding excluded).
+  [[nodiscard]] double linear_weight_bytes() const noexcept;
   [[nodiscard]] double swap_ms(std::uint64_t tokens) const noexcept;
 
   /// KV bytes available after weights and activations.
@@ -88,6 +98,8 @@ class RooflineCostModel {
   double flops_per_ms_ = 0;
   double pcie_bytes_per_ms_ = 0;
   double kv_bytes_ = 0;
+  double linear_params_ = 0;
+  double linear_weight_bytes_ = 0;
   double attention_flops_per_pair_ = 0;
 };
 

@@ -57,10 +57,16 @@ struct LengthDist {
   std::uint32_t max = 32768;
 };
 
-/// [workload]: the synthetic generators (docs/benchmarks.md cites each default).
+/// [workload]: the synthetic generators (docs/replay.md cites each default).
+/// These are the defaults of `mixed`; workload_preset() gives each kind's.
 struct WorkloadParams {
-  std::string kind = "mixed";  ///< "mixed" (realistic, multi-turn) or "seeds-mix" (the seeds' ranges)
-  double arrival_rate = 2.5;   ///< conversations per second (Poisson); ~80% of vllm-fcfs saturation
+  /// "mixed" (chat + reasoning, multi-turn), "seeds-mix" (the seeds' ranges),
+  /// "long-think" (AIME-class reasoning), "long-prompt" (RAG / code contexts).
+  std::string kind = "mixed";
+  /// "poisson" (exponential gaps) or "uniform" (fixed gaps 1 / arrival_rate:
+  /// a load whose capacity is known by construction, for tests).
+  std::string arrival_process = "poisson";
+  double arrival_rate = 2.5;  ///< conversations per second; ~75% of vllm-fcfs goodput (docs/replay.md)
   double duration_s = 600;     ///< arrivals of first turns stop after this
   double reasoning_ratio = 0.4;
   double mean_turns = 2.0;        ///< mixed: turns per conversation (1 + geometric)
@@ -72,6 +78,13 @@ struct WorkloadParams {
   LengthDist answer{300, 0.5, 16, 2048};
   LengthDist follow_up_prompt{60, 0.8, 4, 2048};
 };
+
+/// The known workload kinds, in documentation order.
+[[nodiscard]] const std::vector<std::string>& workload_kinds();
+[[nodiscard]] bool is_workload_kind(std::string_view kind);
+/// The defaults of a workload kind (each parameter's source is in
+/// docs/replay.md). Throws ConfigError on an unknown kind.
+[[nodiscard]] WorkloadParams workload_preset(std::string_view kind);
 
 /// Throws ConfigError ("workload.<field> ...") on out-of-range parameters.
 void validate(const WorkloadParams& params);

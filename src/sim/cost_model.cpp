@@ -13,6 +13,7 @@ namespace meridian::sim {
 namespace {
 
 constexpr double kGiga = 1e9;
+constexpr double kGibi = 1073741824.0;
 constexpr double kTera = 1e12;
 constexpr double kMsPerS = 1e3;
 
@@ -34,6 +35,8 @@ RooflineCostModel::RooflineCostModel(const CostModelParams& params) : p_(params)
     require(issues, v > 0 && v <= 1, field, "in (0, 1]", v);
   };
   positive("active_params", p_.active_params);
+  require(issues, p_.embedding_params >= 0 && p_.embedding_params < p_.active_params, "embedding_params",
+          "in [0, cost_model.active_params)", p_.embedding_params);
   positive("weight_bytes", p_.weight_bytes);
   positive("layers", p_.layers);
   positive("q_heads", p_.q_heads);
@@ -47,35 +50,41 @@ RooflineCostModel::RooflineCostModel(const CostModelParams& params) : p_(params)
   require(issues, p_.overhead_ms >= 0 && std::isfinite(p_.overhead_ms), "overhead_ms", ">= 0",
           p_.overhead_ms);
   positive("pcie_bandwidth_gbps", p_.pcie_bandwidth_gbps);
-  positive("gpu_memory_gb", p_.gpu_memory_gb);
+  positive("gpu_memory_gib", p_.gpu_memory_gib);
   fraction("gpu_memory_utilization", p_.gpu_memory_utilization);
-  require(issues, p_.activation_reserve_gb >= 0, "activation_reserve_gb", ">= 0", p_.activation_reserve_gb);
+  require(issues, p_.activation_reserve_gib >= 0 && std::isfinite(p_.activation_reserve_gib),
+          "activation_reserve_gib", ">= 0", p_.activation_reserve_gib);
   if (issues.empty()) {
-    kv_bytes_ = p_.gpu_memory_gb * kGiga * p_.gpu_memory_utilization - p_.weight_bytes -
-                p_.activation_reserve_gb * kGiga;
-    require(issues, kv_bytes_ > 0, "gpu_memory_gb",
-            "large enough for the weights and activations (gpu_memory_gb * gpu_memory_utilization - "
-            "weight_bytes / 1e9 - activation_reserve_gb > 0)",
-            p_.gpu_memory_gb);
+    kv_bytes_ = p_.gpu_memory_gib * kGibi * p_.gpu_memory_utilization - p_.weight_bytes -
+                p_.activation_reserve_gib * kGibi;
+    require(issues, kv_bytes_ > 0, "gpu_memory_gib",
+            "large enough for the weights and activations (gpu_memory_gib * 2^30 * gpu_memory_utilization - "
+            "weight_bytes - activation_reserve_gib * 2^30 > 0)",
+            p_.gpu_memory_gib);
   }
   if (!issues.empty()) throw ConfigError(std::move(issues));
   bytes_per_ms_ = p_.hbm_bandwidth_gbps * kGiga * p_.bandwidth_efficiency / kMsPerS;
   flops_per_ms_ = p_.peak_tflops * kTera * p_.compute_efficiency / kMsPerS;
   pcie_bytes_per_ms_ = p_.pcie_bandwidth_gbps * kGiga / kMsPerS;
+  linear_params_ = p_.active_params - p_.embedding_params;
+  linear_weight_bytes_ = p_.weight_bytes * linear_params_ / p_.active_params;
   // QK^T and PV: one multiply-add (2 FLOPs) each per head dimension, per query head, per layer.
   attention_flops_per_pair_ = 4.0 * p_.layers * p_.q_heads * p_.head_dim;
 }
 
-double RooflineCostModel::memory_ms(const StepShape& step) const noexcept {
-  const double bytes = p_.weight_bytes + static_cast<double>(p_.kv_bytes_per_token()) *
-                                             static_cast<double>(step.kv_tokens_read);
-  return bytes / bytes_per_ms_;
+double RooflineCostModel::linear_weight_bytes() const noexcept { return linear_weight_bytes_; }
+
+double RooflineCostModel::linear_ms(const StepShape& step) const noexcept {
+  const double read_ms = linear_weight_bytes_ / bytes_per_ms_;
+  const double compute_ms = 2.0 * linear_params_ * static_cast<double>(step.tokens) / flops_per_ms_;
+  return std::max(read_ms, compute_ms);
 }
 
-double RooflineCostModel::compute_ms(const StepShape& step) const noexcept {
-  const double flops = 2.0 * p_.active_params * static_cast<double>(step.tokens) +
-                       attention_flops_per_pair_ * step.attended_pairs;
-  return flops / flops_per_ms_;
+double RooflineCostModel::attention_ms(const StepShape& step) const noexcept {
+  const double read_ms =
+      static_cast<double>(p_.kv_bytes_per_token()) * static_cast<double>(step.kv_tokens_read) / bytes_per_ms_;
+  const double compute_ms = attention_flops_per_pair_ * step.attended_pairs / flops_per_ms_;
+  return std::max(read_ms, compute_ms);
 }
 
 double RooflineCostModel::swap_ms(std::uint64_t tokens) const noexcept {
@@ -83,7 +92,7 @@ double RooflineCostModel::swap_ms(std::uint64_t tokens) const noexcept {
 }
 
 double RooflineCostModel::step_ms(const StepShape& step) const noexcept {
-  return p_.overhead_ms + std::max(memory_ms(step), compute_ms(step)) + swap_ms(step.swap_tokens);
+  return p_.overhead_ms + linear_ms(step) + attention_ms(step) + swap_ms(step.swap_tokens);
 }
 
 double RooflineCostModel::kv_capacity_bytes() const noexcept { return kv_bytes_; }

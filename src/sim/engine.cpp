@@ -51,6 +51,8 @@ struct Live {
   bool done = false;
   std::optional<ForceReason> forced;
   bool forced_before_answer = false;
+  bool slo_missed = false;  // already counted in slo_misses_
+  float think_tpot_ms = -1;
 };
 
 struct Arrival {
@@ -64,6 +66,7 @@ RouterLimits router_limits(PolicyKind policy, const ReplayOptions& o) {
   limits.reap_idle_after = std::chrono::nanoseconds::max();  // the engine ends every request itself
   switch (policy) {
     case PolicyKind::kVllmFcfs:
+    case PolicyKind::kVllmFcfsTuned:
     case PolicyKind::kVllmPriority:
       limits.max_think_tokens = std::numeric_limits<std::uint64_t>::max();  // vLLM: no think cap
       break;
@@ -105,8 +108,7 @@ class Engine {
               [this](RequestId id, std::uint32_t index) { return block_hash(id, index); }) {
     validate(o.params);
     const EngineParams& e = o.params.engine;
-    const bool meridian = o.policy == PolicyKind::kMeridian || o.policy == PolicyKind::kMeridianNoForcing;
-    if (meridian) {
+    if (is_meridian(o.policy)) {
       StepLimits limits;
       limits.token_budget = e.max_num_batched_tokens;
       limits.max_sequences = e.max_num_seqs;
@@ -114,8 +116,11 @@ class Engine {
           detail::make_meridian_policy(SchedulerOptions::from_config(o.config, kv_.usage().total_blocks),
                                        StepCostModel::from_config(o.config.scheduler), limits, pool_);
     } else {
-      policy_ = detail::make_vllm_policy(
-          {o.policy == PolicyKind::kVllmPriority, e.max_num_batched_tokens, e.max_num_seqs}, pool_);
+      const bool tuned = o.policy == PolicyKind::kVllmFcfsTuned;
+      policy_ = detail::make_vllm_policy({o.policy == PolicyKind::kVllmPriority,
+                                          tuned ? e.tuned_max_num_batched_tokens : e.max_num_batched_tokens,
+                                          e.max_num_seqs},
+                                         pool_);
     }
     probe_settings_ = ProbeSettings::from(o.config);
     forcing_ = o.policy == PolicyKind::kMeridian && probe_settings_.enabled;
@@ -142,6 +147,10 @@ class Engine {
     next_sample_ns_ = interval_ns;
     std::uint32_t stalled = 0;
     while (now_ns_ < max_ns) {
+      if (o_.stop_after_slo_misses > 0 && slo_misses_ > o_.stop_after_slo_misses) {
+        stopped_early_ = true;
+        break;
+      }
       admit_arrivals();
       if (active_ == 0 && arrivals_.empty()) break;
       const EngineStep& step = policy_->plan(now_ns_);
@@ -187,8 +196,8 @@ class Engine {
     k.aggressive_think_eviction = o_.config.kv_memory.aggressive_think_eviction;
     k.fabric_offload = false;
     if (k.num_blocks == 0) {
-      throw ConfigError({{"cost_model.gpu_memory_gb",
-                          "cost_model.gpu_memory_gb leaves no room for one KV block", "", 0, 0}});
+      throw ConfigError({{"cost_model.gpu_memory_gib",
+                          "cost_model.gpu_memory_gib leaves no room for one KV block", "", 0, 0}});
     }
     return k;
   }
@@ -239,8 +248,37 @@ class Engine {
   void handle_preemptions(const EngineStep& step) {
     for (const Preemption& p : step.preempted) {
       ++preemptions_[static_cast<std::size_t>(p.mode)];
-      if (p.phase == Phase::kOutputDecode) ++preempted_answer_;
+      if (p.phase == Phase::kOutputDecode) {
+        ++preempted_answer_;
+        answer_blocks_evicted_ += p.blocks;
+      }
     }
+  }
+
+  void miss_slo(Live& r) {
+    if (r.slo_missed) return;
+    r.slo_missed = true;
+    ++slo_misses_;
+  }
+
+  // The request's outcome as it stands now (final once it is done).
+  [[nodiscard]] RequestOutcome outcome(RequestId id) const {
+    const Live& r = live_[id];
+    const RequestSpec& spec = w_.requests[id - 1];
+    RequestOutcome o;
+    o.reasoning = spec.reasoning();
+    o.arrived = r.arrival_ns >= 0;
+    if (!o.arrived) return o;
+    o.completed = r.done && r.answer_emitted >= spec.answer_tokens;
+    if (r.first_token_ns >= 0) o.ttft_ms = ms_between(r.arrival_ns, r.first_token_ns);
+    if (r.first_visible_ns >= 0) o.ttfv_ms = ms_between(r.arrival_ns, r.first_visible_ns);
+    if (r.answer_emitted >= 2) {
+      o.output_tpot_ms = ms_between(r.first_visible_ns, r.last_token_ns) / static_cast<float>(r.answer_emitted - 1);
+    }
+    o.think_tpot_ms = r.think_tpot_ms;
+    o.think_tokens = r.think_emitted;
+    o.slo_met = meets_slo(o, o_.params.slo);
+    return o;
   }
 
   void handle_aborts(const EngineStep& step) {
@@ -248,6 +286,7 @@ class Engine {
       kv_.release(id, ReleaseKind::kAbort);
       router_.end(id);
       live_[id].done = true;
+      miss_slo(live_[id]);
       ++aborted_;
       --active_;
     }
@@ -287,6 +326,7 @@ class Engine {
       if (r.first_token_ns < 0) {
         r.first_token_ns = now_ns_;
         ttft_.push_back(ms_between(r.arrival_ns, now_ns_));
+        if (ttft_.back() > o_.params.slo.ttft_ms) miss_slo(r);
       }
       TokenId token = kAnswerTokenId;
       if (r.in_think) {
@@ -332,7 +372,8 @@ class Engine {
         r.in_think = false;
         r.think_end_ns = now_ns_;
         if (r.think_emitted > 1 && r.first_token_ns >= 0) {
-          think_tpot_.push_back(ms_between(r.first_token_ns, now_ns_) / static_cast<float>(r.think_emitted));
+          r.think_tpot_ms = ms_between(r.first_token_ns, now_ns_) / static_cast<float>(r.think_emitted);
+          think_tpot_.push_back(r.think_tpot_ms);
         }
         if (ev.forced) {
           r.forced = ev.reason;
@@ -354,9 +395,11 @@ class Engine {
     policy_->finish(id);
     kv_.release(id, ReleaseKind::kFinished);
     e2e_.push_back(ms_between(r.arrival_ns, now_ns_));
+    if (!meets_slo(outcome(id), o_.params.slo)) miss_slo(r);
     if (r.spec->reasoning()) {
       ++reasoning_done_;
       think_counts_.push_back(static_cast<float>(r.think_emitted));
+      natural_think_tokens_ += r.spec->think_tokens;
       if (r.forced) {
         ++forced_[static_cast<std::size_t>(*r.forced)];
         if (r.forced_before_answer) ++forced_before_answer_;
@@ -460,6 +503,10 @@ class Engine {
   std::uint64_t output_tokens_total_ = 0;
   std::uint64_t preemptions_[3] = {};
   std::uint64_t preempted_answer_ = 0;
+  std::uint64_t answer_blocks_evicted_ = 0;
+  std::uint64_t slo_misses_ = 0;
+  std::uint64_t natural_think_tokens_ = 0;  // natural lengths of the completed reasoning requests
+  bool stopped_early_ = false;
   std::uint64_t forced_[3] = {};
   std::uint64_t forced_before_answer_ = 0;
   std::uint32_t window_tokens_ = 0;
@@ -483,20 +530,47 @@ ReplayResult Engine::summarize() {
   auto put = [&](std::string_view name, double v) { m.emplace_back(std::string(name), v); };
   const double reasoning = std::max<double>(1, static_cast<double>(reasoning_done_));
   const double makespan_s = static_cast<double>(last_finish_ns_) / kNsPerS;
+  out.outcomes.reserve(w_.requests.size());
+  std::uint64_t met[2] = {};    // chat, reasoning
+  std::uint64_t total[2] = {};  // chat, reasoning
+  std::vector<float> ttfv_class[2];
+  std::vector<float> output_tpot;
+  for (const RequestSpec& spec : w_.requests) {
+    const RequestOutcome oc = outcome(spec.id);
+    const std::size_t cls = oc.reasoning ? 1 : 0;
+    ++total[cls];
+    if (oc.slo_met) ++met[cls];
+    if (oc.ttfv_ms >= 0) ttfv_class[cls].push_back(oc.ttfv_ms);
+    if (oc.output_tpot_ms >= 0) output_tpot.push_back(oc.output_tpot_ms);
+    out.outcomes.push_back(oc);
+  }
+  auto pct = [](std::uint64_t part, std::uint64_t whole) {
+    return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+  };
   put("requests", static_cast<double>(w_.requests.size()));
   put("arrived", static_cast<double>(arrived_));
   put("completed", static_cast<double>(finished_));
   put("aborted", static_cast<double>(aborted_));
   put("unfinished", static_cast<double>(active_));
   put("never_arrived", static_cast<double>(w_.requests.size() - arrived_));
+  put("stopped_early", stopped_early_ ? 1 : 0);
+  put("slo_attainment_pct", pct(met[0] + met[1], total[0] + total[1]));
+  put("slo_attainment_chat_pct", pct(met[0], total[0]));
+  put("slo_attainment_reasoning_pct", pct(met[1], total[1]));
   put("ttft_p50_ms", percentile(ttft_, 50));
   put("ttft_p95_ms", percentile(ttft_, 95));
   put("ttft_p99_ms", percentile(ttft_, 99));
+  put("ttfv_p50_ms", percentile(ttfv_, 50));
+  put("ttfv_p95_ms", percentile(ttfv_, 95));
+  put("ttfv_chat_p50_ms", percentile(ttfv_class[0], 50));
+  put("ttfv_chat_p95_ms", percentile(ttfv_class[0], 95));
+  put("ttfv_reasoning_p50_ms", percentile(ttfv_class[1], 50));
+  put("ttfv_reasoning_p95_ms", percentile(ttfv_class[1], 95));
   put("ttot_p50_ms", percentile(ttot_, 50));
   put("ttot_p95_ms", percentile(ttot_, 95));
   put("ttot_p99_ms", percentile(ttot_, 99));
-  put("ttfv_p50_ms", percentile(ttfv_, 50));
-  put("ttfv_p95_ms", percentile(ttfv_, 95));
+  put("output_tpot_p50_ms", percentile(output_tpot, 50));
+  put("output_tpot_p95_ms", percentile(output_tpot, 95));
   put("output_itl_p50_ms", percentile(output_itl_, 50));
   put("output_itl_p95_ms", percentile(output_itl_, 95));
   put("output_itl_p99_ms", percentile(output_itl_, 99));
@@ -510,6 +584,11 @@ ReplayResult Engine::summarize() {
   put("think_tokens_avg", mean(think_counts_));
   put("think_tokens_p95", percentile(think_counts_, 95));
   put("think_tokens_total", static_cast<double>(think_tokens_total_));
+  double emitted_by_done = 0;
+  for (float c : think_counts_) emitted_by_done += c;
+  put("think_tokens_saved_pct", natural_think_tokens_ > 0
+                                    ? 100.0 * (1.0 - emitted_by_done / static_cast<double>(natural_think_tokens_))
+                                    : 0);
   put("output_tokens_total", static_cast<double>(output_tokens_total_));
   const std::uint64_t forced_total = forced_[0] + forced_[1] + forced_[2];
   put("forced_pct", 100.0 * static_cast<double>(forced_total) / reasoning);
@@ -526,6 +605,7 @@ ReplayResult Engine::summarize() {
   put("preemptions_recompute", static_cast<double>(preemptions_[0]));
   put("preemptions_swap", static_cast<double>(preemptions_[1]));
   put("preempted_answer_phase", static_cast<double>(preempted_answer_));
+  put("answer_phase_evicted_blocks", static_cast<double>(answer_blocks_evicted_));
   const auto lookups = static_cast<double>(pool_.prompt_lookup_blocks());
   put("prefix_hit_rate", lookups > 0 ? static_cast<double>(pool_.prompt_hit_blocks()) / lookups : 0);
   const auto generated = static_cast<double>(think_tokens_total_ + output_tokens_total_);
@@ -550,10 +630,17 @@ ReplayResult Engine::summarize() {
   out.output_itl_ms = std::move(output_itl_);
   out.think_tpot_ms = std::move(think_tpot_);
   out.e2e_ms = std::move(e2e_);
+  out.stopped_early = stopped_early_;
   return out;
 }
 
 }  // namespace
+
+bool meets_slo(const RequestOutcome& r, const SloParams& slo) noexcept {
+  if (!r.completed || r.ttft_ms < 0 || r.ttft_ms > slo.ttft_ms) return false;
+  if (r.output_tpot_ms >= 0 && r.output_tpot_ms > slo.output_tpot_ms) return false;
+  return !(r.think_tpot_ms >= 0 && r.think_tpot_ms > slo.think_tpot_ms);
+}
 
 ReplayResult run_replay(const Workload& workload, const ReplayOptions& options) {
   Engine engine(workload, options);

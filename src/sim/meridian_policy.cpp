@@ -40,7 +40,8 @@ class MeridianPolicy final : public SchedulingPolicy {
     limits.free_kv_blocks = usage.allocatable_blocks;
     limits.free_think_kv_blocks = usage.think_headroom();
     const StepPlan& plan = scheduler_.schedule(limits, now_ns);
-    for (const Preemption& p : plan.preemptions) {
+    for (Preemption p : plan.preemptions) {
+      p.blocks = pool_.held(p.id);  // what is actually taken away, for the report
       pool_.kv().release(p.id, release_kind(p.mode), p.phase == Phase::kOutputDecode);
       step_.preempted.push_back(p);
     }

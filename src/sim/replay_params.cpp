@@ -1,10 +1,12 @@
 // The replay TOML ([engine], [cost_model], [workload] with its length tables,
 // [signal_model]): every key is matched against one field table, so unknown
 // keys, wrong types and out-of-range values are all reported by dotted path.
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -27,12 +29,14 @@ std::vector<Field> fields(ReplayParams& p) {
   auto add = [&](std::string path, FieldRef ref) { f.push_back({std::move(path), ref}); };
   EngineParams& e = p.engine;
   add("engine.max_num_batched_tokens", &e.max_num_batched_tokens);
+  add("engine.tuned_max_num_batched_tokens", &e.tuned_max_num_batched_tokens);
   add("engine.max_num_seqs", &e.max_num_seqs);
   add("engine.thinking_token_budget", &e.thinking_token_budget);
   add("engine.series_interval_s", &e.series_interval_s);
   add("engine.max_sim_time_s", &e.max_sim_time_s);
   CostModelParams& c = p.cost_model;
   add("cost_model.active_params", &c.active_params);
+  add("cost_model.embedding_params", &c.embedding_params);
   add("cost_model.weight_bytes", &c.weight_bytes);
   add("cost_model.layers", &c.layers);
   add("cost_model.q_heads", &c.q_heads);
@@ -45,11 +49,12 @@ std::vector<Field> fields(ReplayParams& p) {
   add("cost_model.compute_efficiency", &c.compute_efficiency);
   add("cost_model.overhead_ms", &c.overhead_ms);
   add("cost_model.pcie_bandwidth_gbps", &c.pcie_bandwidth_gbps);
-  add("cost_model.gpu_memory_gb", &c.gpu_memory_gb);
+  add("cost_model.gpu_memory_gib", &c.gpu_memory_gib);
   add("cost_model.gpu_memory_utilization", &c.gpu_memory_utilization);
-  add("cost_model.activation_reserve_gb", &c.activation_reserve_gb);
+  add("cost_model.activation_reserve_gib", &c.activation_reserve_gib);
   WorkloadParams& w = p.workload;
   add("workload.kind", &w.kind);
+  add("workload.arrival_process", &w.arrival_process);
   add("workload.arrival_rate", &w.arrival_rate);
   add("workload.duration_s", &w.duration_s);
   add("workload.reasoning_ratio", &w.reasoning_ratio);
@@ -85,7 +90,25 @@ std::vector<Field> fields(ReplayParams& p) {
   add("signal_model.burst_tokens", &s.burst_tokens);
   add("signal_model.low_entropy_max", &s.low_entropy_max);
   add("signal_model.transition_entropy_min", &s.transition_entropy_min);
+  SloParams& slo = p.slo;
+  add("slo.ttft_ms", &slo.ttft_ms);
+  add("slo.output_tpot_ms", &slo.output_tpot_ms);
+  add("slo.think_tpot_ms", &slo.think_tpot_ms);
+  add("slo.attainment_pct", &slo.attainment_pct);
   return f;
+}
+
+// Fields renamed since a release, so an old parameter file gets a pointer
+// instead of a bare "unknown field".
+std::string unknown_field_message(const std::string& path) {
+  static constexpr std::pair<std::string_view, std::string_view> kRenamed[] = {
+      {"cost_model.gpu_memory_gb", "cost_model.gpu_memory_gib (GiB, as CUDA reports device memory)"},
+      {"cost_model.activation_reserve_gb", "cost_model.activation_reserve_gib (GiB)"},
+  };
+  for (const auto& [old_name, new_name] : kRenamed) {
+    if (path == old_name) return fmt::format("{} was renamed to {}", path, new_name);
+  }
+  return fmt::format("{} is not a known field", path);
 }
 
 class Reader {
@@ -108,7 +131,7 @@ class Reader {
       }
       Field* f = find(path);
       if (f == nullptr) {
-        issue(path, node, fmt::format("{} is not a known field", path));
+        issue(path, node, unknown_field_message(path));
         continue;
       }
       std::visit([&](auto* target) { assign(path, node, target); }, f->ref);
@@ -185,14 +208,25 @@ void validate(const ReplayParams& p) {
     }
   };
   need(e.max_num_batched_tokens >= 1, "engine.max_num_batched_tokens", ">= 1", e.max_num_batched_tokens);
+  need(e.tuned_max_num_batched_tokens >= 1, "engine.tuned_max_num_batched_tokens", ">= 1",
+       e.tuned_max_num_batched_tokens);
   need(e.max_num_seqs >= 1, "engine.max_num_seqs", ">= 1", e.max_num_seqs);
   need(e.thinking_token_budget >= 1, "engine.thinking_token_budget", ">= 1", e.thinking_token_budget);
   need(e.series_interval_s > 0, "engine.series_interval_s", "> 0", e.series_interval_s);
   need(e.max_sim_time_s > 0, "engine.max_sim_time_s", "> 0", e.max_sim_time_s);
+  const SloParams& slo = p.slo;
+  need(slo.ttft_ms > 0 && std::isfinite(slo.ttft_ms), "slo.ttft_ms", "> 0 and finite", slo.ttft_ms);
+  need(slo.output_tpot_ms > 0 && std::isfinite(slo.output_tpot_ms), "slo.output_tpot_ms", "> 0 and finite",
+       slo.output_tpot_ms);
+  need(slo.think_tpot_ms > 0 && std::isfinite(slo.think_tpot_ms), "slo.think_tpot_ms", "> 0 and finite",
+       slo.think_tpot_ms);
+  need(slo.attainment_pct > 0 && slo.attainment_pct <= 100, "slo.attainment_pct", "in (0, 100]",
+       slo.attainment_pct);
   if (!issues.empty()) throw ConfigError(std::move(issues));
 }
 
-ReplayParams parse_replay_params(std::string_view toml_text, std::string_view source_name) {
+ReplayParams parse_replay_params(std::string_view toml_text, std::string_view source_name,
+                                 std::string_view kind_override) {
   ReplayParams params;
   toml::table root;
   try {
@@ -202,14 +236,21 @@ ReplayParams parse_replay_params(std::string_view toml_text, std::string_view so
     throw ConfigError({{"", fmt::format("TOML syntax error: {}", e.description()), std::string(source_name),
                         src.begin.line, src.begin.column}});
   }
+  // The workload kind picks the [workload] defaults the other keys overlay.
+  std::string kind(kind_override);
+  if (kind.empty()) {
+    if (const auto named = root["workload"]["kind"].value<std::string>()) kind = *named;
+  }
+  if (!kind.empty() && is_workload_kind(kind)) params.workload = workload_preset(kind);
   Reader reader(fields(params), source_name);
   reader.read(root, "");
+  if (!kind_override.empty()) params.workload.kind = std::string(kind_override);
   if (!reader.issues.empty()) throw ConfigError(std::move(reader.issues));
   validate(params);
   return params;
 }
 
-ReplayParams load_replay_params(const std::filesystem::path& file) {
+ReplayParams load_replay_params(const std::filesystem::path& file, std::string_view kind_override) {
   std::ifstream in(file);
   if (!in) {
     throw ConfigError(
@@ -217,7 +258,7 @@ ReplayParams load_replay_params(const std::filesystem::path& file) {
   }
   std::stringstream text;
   text << in.rdbuf();
-  return parse_replay_params(text.str(), file.string());
+  return parse_replay_params(text.str(), file.string(), kind_override);
 }
 
 std::string to_toml(const ReplayParams& params) {

@@ -161,11 +161,12 @@ class VllmPolicy final : public SchedulingPolicy {
 
   void preempt(RequestId id) {
     Req& r = reqs_[id];
+    const std::uint32_t blocks = pool_.held(id);
     pool_.kv().release(id, ReleaseKind::kRecompute, r.phase == Phase::kOutputDecode);
     r.running = false;
     r.computed = 0;
     ++r.preemptions;
-    step_.preempted.push_back({id, r.phase, ReclaimMode::kRecompute, 0, r.preemptions});
+    step_.preempted.push_back({id, r.phase, ReclaimMode::kRecompute, blocks, r.preemptions});
     enqueue(id, true);
   }
 

@@ -9,19 +9,25 @@
 namespace meridian::sim {
 namespace {
 
+// Hand computation for Qwen3-8B bf16 on an H100 SXM (docs/replay.md):
+//   linear params  = 8.19e9 - 622,329,856 (embedding) = 7,567,670,144
+//   linear bytes   = 16.4e9 * 7,567,670,144 / 8.19e9 = 15,153,820,557 B
+//   bandwidth      = 3350e9 * 0.8 = 2.68e9 B/ms;  compute = 989e12 * 0.55 = 5.4395e11 FLOP/ms
+//   attention      = 4 * 36 * 32 * 128 = 589,824 FLOP per query-key pair; KV 147,456 B per token
 TEST(RooflineCostModel, DecodeStepIsMemoryBoundAndMatchesHandComputation) {
   const RooflineCostModel m(CostModelParams{});
   // Qwen3-8B: 36 layers x 8 KV heads x 128 x (K, V) x 2 B = 147,456 B per token.
   EXPECT_EQ(m.params().kv_bytes_per_token(), 147456U);
+  EXPECT_NEAR(m.linear_weight_bytes(), 15153820557.0, 1.0);
   StepShape decode;
   decode.tokens = 1;
   decode.kv_tokens_read = 1000;
   decode.attended_pairs = 1000;
-  // (16.4e9 + 147456 * 1000) B / (3350e9 * 0.8 B/s) = 6.17442 ms;
-  // (2 * 8.19e9 + 4 * 36 * 32 * 128 * 1000) / (989e12 * 0.55) = 0.0311974 ms.
-  EXPECT_NEAR(m.memory_ms(decode), 6.174424, 1e-5);
-  EXPECT_NEAR(m.compute_ms(decode), 0.0311974, 1e-6);
-  EXPECT_NEAR(m.step_ms(decode), 1.5 + 6.174424, 1e-5);
+  // Linear: max(15.1538e9 / 2.68e9, 2 * 7.5677e9 / 5.4395e11) = 5.654411 ms (weight read).
+  // Attention: max(147456 * 1000 / 2.68e9, 589824 * 1000 / 5.4395e11) = 0.0550209 ms (KV read).
+  EXPECT_NEAR(m.linear_ms(decode), 5.654411, 1e-5);
+  EXPECT_NEAR(m.attention_ms(decode), 0.0550209, 1e-6);
+  EXPECT_NEAR(m.step_ms(decode), 1.5 + 5.654411 + 0.0550209, 1e-5);
 }
 
 TEST(RooflineCostModel, PrefillChunkIsComputeBoundAndSwapAddsPcieTime) {
@@ -30,27 +36,48 @@ TEST(RooflineCostModel, PrefillChunkIsComputeBoundAndSwapAddsPcieTime) {
   prefill.tokens = 4096;
   prefill.kv_tokens_read = 4096;
   prefill.attended_pairs = 4096.0 * 4097.0 / 2.0;
-  // (2 * 8.19e9 * 4096 + 589824 * 8390656) FLOP / 543.95 TFLOP/s = 132.4414 ms.
-  EXPECT_NEAR(m.compute_ms(prefill), 132.4414, 1e-3);
-  EXPECT_NEAR(m.memory_ms(prefill), 6.344769, 1e-5);
-  EXPECT_NEAR(m.step_ms(prefill), 1.5 + 132.4414, 1e-3);
+  // Linear: 2 * 7.5677e9 * 4096 / 5.4395e11 = 113.97068 ms (compute-bound).
+  // Attention: 589824 * 8,390,656 / 5.4395e11 = 9.098282 ms (quadratic FLOPs).
+  EXPECT_NEAR(m.linear_ms(prefill), 113.97068, 1e-4);
+  EXPECT_NEAR(m.attention_ms(prefill), 9.098282, 1e-5);
+  EXPECT_NEAR(m.step_ms(prefill), 1.5 + 113.97068 + 9.098282, 1e-3);
   // 1000 tokens of KV over 50 GB/s: 147.456 MB -> 2.94912 ms.
   EXPECT_NEAR(m.swap_ms(1000), 2.94912, 1e-6);
   prefill.swap_tokens = 1000;
-  EXPECT_NEAR(m.step_ms(prefill), 1.5 + 132.4414 + 2.94912, 1e-3);
+  EXPECT_NEAR(m.step_ms(prefill), 1.5 + 113.97068 + 9.098282 + 2.94912, 1e-3);
+}
+
+TEST(RooflineCostModel, PiggyBackedPrefillIsNotFree) {
+  const RooflineCostModel m(CostModelParams{});
+  // 80 decodes at 2,048 tokens of context plus a 256-token prefill chunk.
+  StepShape mixed;
+  mixed.tokens = 80 + 256;
+  mixed.kv_tokens_read = 80 * 2049 + 256;
+  mixed.attended_pairs = 80.0 * 2049 + 256.0 * 257 / 2;
+  // Linear: 2 * 7.5677e9 * 336 / 5.4395e11 = 9.349158 ms (the chunk makes it compute-bound).
+  // Attention: 147456 * 164,176 / 2.68e9 = 9.033111 ms (the decodes' KV reads). They add.
+  EXPECT_NEAR(m.linear_ms(mixed), 9.349158, 1e-5);
+  EXPECT_NEAR(m.attention_ms(mixed), 9.033111, 1e-5);
+  EXPECT_NEAR(m.step_ms(mixed), 1.5 + 9.349158 + 9.033111, 1e-4);
+  // The same decodes without the chunk: weight-read-bound linear layers.
+  StepShape decodes;
+  decodes.tokens = 80;
+  decodes.kv_tokens_read = 80 * 2049;
+  decodes.attended_pairs = 80.0 * 2049;
+  EXPECT_GT(m.step_ms(mixed) - m.step_ms(decodes), 3.5);
 }
 
 TEST(RooflineCostModel, KvCapacityIsMemoryLeftAfterWeightsAndActivations) {
   const RooflineCostModel m(CostModelParams{});
-  // 80e9 * 0.9 - 16.4e9 - 4e9 = 51.6e9 B; / (147456 * 16) = 21870.9 blocks.
-  EXPECT_NEAR(m.kv_capacity_bytes(), 51.6e9, 1.0);
-  EXPECT_EQ(m.kv_capacity_blocks(16), 21870U);
+  // 79.19 GiB * 0.9 - 16.4e9 B - 4 GiB = 55,831,686,242 B; / (147456 * 16) = 23,664.6 blocks.
+  EXPECT_NEAR(m.kv_capacity_bytes(), 55831686242.304, 1.0);
+  EXPECT_EQ(m.kv_capacity_blocks(16), 23664U);
 }
 
 TEST(RooflineCostModel, RejectsBadCoefficientsByDottedPath) {
   CostModelParams p;
   p.bandwidth_efficiency = 1.5;
-  p.gpu_memory_gb = 10;  // less than the weights
+  p.gpu_memory_gib = 10;  // less than the weights
   try {
     (void)RooflineCostModel(p);
     FAIL() << "expected ConfigError";
@@ -117,7 +144,7 @@ void expect_conserved(const ReplayResult& r, const Workload& w) {
 TEST(Replay, EveryRequestFinishesOrIsReportedUnderMemoryPressure) {
   // A small GPU: ~1,300 blocks of KV, so every policy must preempt.
   ReplayParams params = small_params(3.0, 60);
-  params.cost_model.gpu_memory_gb = 24;
+  params.cost_model.gpu_memory_gib = 22.35;  // a "24 GB" GPU
   params.cost_model.gpu_memory_utilization = 0.95;
   const Workload w = generate_workload(params.workload, 3);
   double answer_tokens = 0;
@@ -135,7 +162,7 @@ TEST(Replay, EveryRequestFinishesOrIsReportedUnderMemoryPressure) {
 
 TEST(Replay, RequestsThatCanNeverFitAreAbortedAndReported) {
   ReplayParams params = small_params(3.0, 60);
-  params.cost_model.gpu_memory_gb = 24;
+  params.cost_model.gpu_memory_gib = 22.35;  // a "24 GB" GPU
   params.cost_model.gpu_memory_utilization = 0.95;
   const Workload w = generate_workload(params.workload, 3);
   // 40% of ~1,300 blocks caps reasoning at ~8,300 tokens of KV: longer ones are aborted.
@@ -185,7 +212,7 @@ TEST(Replay, MeridianForcesOnEntropySignalsAndSavesThinkTokens) {
 
 TEST(Replay, VllmBaselinesKeepOneLruTierMeridianTiersReasoning) {
   ReplayParams params = small_params(3.0, 60);
-  params.cost_model.gpu_memory_gb = 24;
+  params.cost_model.gpu_memory_gib = 22.35;  // a "24 GB" GPU
   params.cost_model.gpu_memory_utilization = 0.95;
   const Workload w = generate_workload(params.workload, 3);
   const ReplayResult fcfs = run(PolicyKind::kVllmFcfs, w, params);
