@@ -1,8 +1,9 @@
-// meridian replay: the A/B replay simulator (docs/benchmarks.md).
-//   meridian replay [--policies all|p1,p2] [--seed N] [--arrival-rate R] [--duration-s S]
-//                   [--reasoning-ratio X] [--workload mixed|seeds-mix] [--trace FILE]
+// meridian replay: the A/B replay simulator (docs/replay.md).
+//   meridian replay [--policies all|p1,p2] [--seed N] [--seeds K] [--jobs J] [--arrival-rate R]
+//                   [--duration-s S] [--reasoning-ratio X] [--workload KIND] [--trace FILE]
 //                   [--params replay.toml] [--config meridian.toml]... [--model NAME]
-//                   [--load-sweep R1,R2,...] [--out-dir DIR] [--no-progress] [--print-params]
+//                   [--goodput] [--pareto] [--load-sweep R1,R2,...] [--out-dir DIR]
+//                   [--no-progress] [--print-params]
 #include "meridian/replay.h"
 
 #include <chrono>
@@ -20,6 +21,7 @@
 
 #include "commands.h"
 #include "meridian/config.h"
+#include "meridian/replay_study.h"
 #include <unistd.h>
 
 namespace meridian::cli {
@@ -31,6 +33,10 @@ using sim::PolicyKind;
 struct ReplayCliOptions {
   std::string policies = "all";
   std::uint64_t seed = 42;
+  std::uint32_t seeds = 5;
+  unsigned jobs = 0;
+  bool goodput = false;
+  bool pareto = false;
   std::optional<double> arrival_rate;
   std::optional<double> duration_s;
   std::optional<double> reasoning_ratio;
@@ -47,7 +53,8 @@ struct ReplayCliOptions {
 
 // The replay as a command line that reproduces it.
 std::string describe_command(const ReplayCliOptions& o) {
-  std::string c = fmt::format("meridian replay --policies {} --seed {}", o.policies, o.seed);
+  std::string c =
+      fmt::format("meridian replay --policies {} --seed {} --seeds {}", o.policies, o.seed, o.seeds);
   if (o.arrival_rate) c += fmt::format(" --arrival-rate {}", *o.arrival_rate);
   if (o.duration_s) c += fmt::format(" --duration-s {}", *o.duration_s);
   if (o.reasoning_ratio) c += fmt::format(" --reasoning-ratio {}", *o.reasoning_ratio);
@@ -56,6 +63,8 @@ std::string describe_command(const ReplayCliOptions& o) {
   if (!o.params_file.empty()) c += fmt::format(" --params {}", o.params_file);
   for (const std::string& f : o.config_files) c += fmt::format(" --config {}", f);
   if (o.model != "qwen3") c += fmt::format(" --model {}", o.model);
+  if (o.goodput) c += " --goodput";
+  if (o.pareto) c += " --pareto";
   return c;
 }
 
@@ -104,8 +113,8 @@ std::vector<PolicyKind> parse_policies(const std::string& text) {
     const auto p = sim::parse_policy(name);
     if (!p) {
       throw std::invalid_argument(
-          fmt::format("--policies: unknown policy \"{}\" (known: vllm-fcfs, vllm-priority, static-budget, "
-                      "meridian-no-forcing, meridian, all)",
+          fmt::format("--policies: unknown policy \"{}\" (known: vllm-fcfs, vllm-fcfs-tuned, vllm-priority, "
+                      "static-budget, meridian-no-forcing, meridian, all)",
                       name));
     }
     out.push_back(*p);
@@ -121,117 +130,153 @@ void write_file(const fs::path& path, const std::string& text) {
   if (!out) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
 }
 
-std::vector<sim::ReplayResult> run_all(const sim::Workload& workload, const std::vector<PolicyKind>& policies,
-                                       const MeridianConfig& config, const ReplayCliOptions& o,
-                                       const sim::ReplayParams& params, ProgressBar& bar,
-                                       std::string_view tag) {
-  std::vector<sim::ReplayResult> results;
-  for (std::size_t i = 0; i < policies.size(); ++i) {
-    sim::ReplayOptions ro;
-    ro.policy = policies[i];
-    ro.config = config;
-    ro.model = o.model;
-    ro.params = params;
-    ro.seed = o.seed;
-    bar.start(fmt::format("{}{} ({}/{})", tag, sim::to_string(policies[i]), i + 1, policies.size()));
-    ro.progress = [&bar](double f) { bar.update(f); };
-    results.push_back(sim::run_replay(workload, ro));
+// The study's progress through the bar, from whichever worker thread reports it.
+std::function<void(double)> progress_to(ProgressBar& bar) {
+  return [&bar](double f) { bar.update(f); };
+}
+
+void run_load_sweep(const ReplayCliOptions& o, const std::vector<PolicyKind>& policies,
+                    sim::StudyOptions study, ProgressBar& bar, const fs::path& out_dir) {
+  nlohmann::ordered_json sweep;
+  sweep["schema_version"] = 2;
+  sweep["rates"] = o.load_sweep;
+  sweep["seeds"] = study.seeds;
+  nlohmann::ordered_json runs;
+  for (double rate : o.load_sweep) {
+    study.params.workload.arrival_rate = rate;
+    bar.start(fmt::format("load sweep: rate {}", rate));
+    const auto results = sim::run_seeds(policies, study);
     bar.finish();
+    fmt::print("rate {:>6}/s:", rate);
+    for (const auto& r : results) {
+      nlohmann::ordered_json m;
+      for (const sim::MetricInfo& info : sim::metric_catalog()) {
+        const double v = sim::metric_stat(r, info.name).mean;
+        m[std::string(info.name)] = std::isfinite(v) ? v : 0.0;
+      }
+      runs[std::string(sim::to_string(r.policy))].push_back({{"arrival_rate", rate}, {"metrics", m}});
+      fmt::print("  {} slo {:.0f}% ttft_p95 {:.0f} ms itl_p99 {:.0f} ms", sim::to_string(r.policy),
+                 sim::metric_stat(r, "slo_attainment_pct").mean, sim::metric_stat(r, "ttft_p95_ms").mean,
+                 sim::metric_stat(r, "output_itl_p99_ms").mean);
+    }
+    fmt::print("\n");
   }
-  return results;
+  sweep["runs"] = runs;
+  write_file(out_dir / "load-sweep.json", sweep.dump(1) + "\n");
+  fmt::print("wrote {}\n", (out_dir / "load-sweep.json").string());
 }
 
 int run_replay_command(const ReplayCliOptions& o) {
-  sim::ReplayParams params =
-      o.params_file.empty() ? sim::ReplayParams{} : sim::load_replay_params(o.params_file);
+  const std::string kind = o.workload.value_or("");
+  sim::ReplayParams params;
+  if (!o.params_file.empty()) {
+    params = sim::load_replay_params(o.params_file, kind);
+  } else if (!kind.empty()) {
+    params.workload = sim::workload_preset(kind);
+  }
   if (o.arrival_rate) params.workload.arrival_rate = *o.arrival_rate;
   if (o.duration_s) params.workload.duration_s = *o.duration_s;
   if (o.reasoning_ratio) params.workload.reasoning_ratio = *o.reasoning_ratio;
-  if (o.workload) params.workload.kind = *o.workload;
   sim::validate(params);
   if (o.print_params) {
     fmt::print("{}", sim::to_toml(params));
     return 0;
   }
+  if (o.seeds == 0) throw std::invalid_argument("--seeds must be >= 1");
   MeridianConfig config = MeridianConfig::defaults();
   if (!o.config_files.empty()) {
     config = load_config(std::vector<fs::path>(o.config_files.begin(), o.config_files.end()));
   }
   const auto policies = parse_policies(o.policies);
-  if (!o.trace.empty() && !o.load_sweep.empty()) {
+  if (!o.trace.empty() && (!o.load_sweep.empty() || o.goodput)) {
     throw std::invalid_argument(
-        "--load-sweep varies the synthetic arrival rate; it cannot be used with --trace");
+        "--load-sweep and --goodput vary the synthetic arrival rate; they cannot be used with --trace");
   }
-  sim::ReportContext ctx;
-  ctx.seed = o.seed;
-  ctx.command = describe_command(o);
-  ctx.params = params;
+  sim::StudyOptions study;
+  study.config = config;
+  study.model = o.model;
+  study.params = params;
+  study.threads = o.jobs;
+  study.seeds.clear();
+  for (std::uint32_t i = 0; i < o.seeds; ++i) study.seeds.push_back(o.seed + i);
   ProgressBar bar(!o.no_progress && isatty(STDERR_FILENO) != 0);
+  study.progress = progress_to(bar);
   const fs::path out_dir(o.out_dir);
   fs::create_directories(out_dir);
-
   if (!o.load_sweep.empty()) {
-    nlohmann::ordered_json sweep;
-    sweep["schema_version"] = 1;
-    sweep["rates"] = o.load_sweep;
-    nlohmann::ordered_json runs;
-    for (double rate : o.load_sweep) {
-      sim::ReplayParams p = params;
-      p.workload.arrival_rate = rate;
-      const sim::Workload w = sim::generate_workload(p.workload, o.seed);
-      const auto results = run_all(w, policies, config, o, p, bar, fmt::format("rate {} ", rate));
-      for (const auto& r : results) {
-        nlohmann::ordered_json m;
-        for (const auto& [k, v] : r.metrics) m[k] = std::isfinite(v) ? v : 0.0;
-        runs[std::string(sim::to_string(r.policy))].push_back({{"arrival_rate", rate}, {"metrics", m}});
-      }
-      fmt::print("rate {:>6}/s:", rate);
-      for (const auto& r : results) {
-        fmt::print("  {} ttot_p95 {:.0f} ms itl_p99 {:.0f} ms", sim::to_string(r.policy),
-                   r.metric("ttot_p95_ms"), r.metric("output_itl_p99_ms"));
-      }
-      fmt::print("\n");
-    }
-    sweep["runs"] = runs;
-    write_file(out_dir / "load-sweep.json", sweep.dump(1) + "\n");
-    fmt::print("wrote {}\n", (out_dir / "load-sweep.json").string());
+    run_load_sweep(o, policies, study, bar, out_dir);
     return 0;
   }
 
-  sim::Workload workload;
+  sim::ReportContext ctx;
+  ctx.seed = o.seed;
+  ctx.seeds = study.seeds;
+  ctx.command = describe_command(o);
+  ctx.params = params;
+  sim::Workload first;
   if (!o.trace.empty()) {
-    workload = sim::load_trace(o.trace);
+    study.trace = sim::load_trace(o.trace);
+    first = *study.trace;
     ctx.workload = fmt::format("trace {}", o.trace);
   } else {
-    workload = sim::generate_workload(params.workload, o.seed);
+    first = sim::generate_workload(params.workload, o.seed);
     ctx.workload = params.workload.kind;
   }
-  ctx.requests = workload.requests.size();
-  const auto results = run_all(workload, policies, config, o, params, bar, "");
-  for (const auto& r : results) {
-    write_file(out_dir / std::string(sim::to_string(r.policy)) / "report.json",
-               sim::policy_report_json(r, ctx));
+  ctx.requests = first.requests.size();
+
+  if (o.goodput) {
+    bar.start("goodput search");
+    const sim::GoodputResult g = sim::find_goodput(policies, study);
+    bar.finish();
+    write_file(out_dir / "goodput.json", sim::goodput_json(g, ctx));
+    const std::string md = sim::goodput_markdown(g);
+    write_file(out_dir / "goodput.md", md);
+    fmt::print("{}\n", md);
   }
-  write_file(out_dir / "ab-report.json", sim::ab_report_json(results, ctx));
-  const std::string md = sim::ab_report_markdown(results, ctx);
+
+  bar.start(fmt::format("A/B: {} policies x {} seeds", policies.size(), study.seeds.size()));
+  const auto runs = sim::run_seeds(policies, study);
+  bar.finish();
+  for (const auto& r : runs) {
+    write_file(out_dir / std::string(sim::to_string(r.policy)) / "report.json",
+               sim::policy_report_json(r.seeds.front(), ctx));
+  }
+  write_file(out_dir / "ab-report.json", sim::ab_report_json(runs, ctx));
+  const std::string md = sim::ab_report_markdown(runs, ctx);
   write_file(out_dir / "ab-report.md", md);
   write_file(out_dir / "replay-params.toml", sim::to_toml(params));
   {
     std::ostringstream trace;
-    sim::write_trace(workload, trace);
+    sim::write_trace(first, trace);
     write_file(out_dir / "workload.jsonl", trace.str());
   }
-  fmt::print("{}\n", md);
+  // The terminal gets the headline and the targets; the file has every metric.
+  fmt::print("{}\n", md.substr(0, md.find("\n## All metrics")));
+
+  if (o.pareto) {
+    bar.start("forcing Pareto sweep");
+    const sim::ParetoResult pr = sim::run_pareto(sim::default_pareto_settings(config), study);
+    bar.finish();
+    write_file(out_dir / "pareto.json", sim::pareto_json(pr, ctx));
+    const std::string pmd = sim::pareto_markdown(pr);
+    write_file(out_dir / "pareto.md", pmd);
+    fmt::print("{}\n", pmd);
+  }
+
   double tokens = 0;
   double wall = 0;
-  for (const auto& r : results) {
-    tokens += r.metric("simulated_tokens");
-    wall += r.metric("sim_wall_s");
+  for (const auto& r : runs) {
+    for (const auto& s : r.seeds) {
+      tokens += s.metric("simulated_tokens");
+      wall += s.metric("sim_wall_s");
+    }
   }
-  fmt::print("simulator: {:.0f} simulated tokens in {:.2f} s wall = {:.2f} M tokens/s\n", tokens, wall,
-             wall > 0 ? tokens / wall / 1e6 : 0.0);
-  fmt::print("wrote {}/ab-report.{{json,md}} and {}/<policy>/report.json\n", out_dir.string(),
-             out_dir.string());
+  fmt::print(
+      "simulator (A/B runs): {:.0f} simulated tokens in {:.2f} s of run time = {:.2f} M tokens/s per "
+      "thread\n",
+      tokens, wall, wall > 0 ? tokens / wall / 1e6 : 0.0);
+  fmt::print("wrote {}/ab-report.{{json,md}}{}{} and {}/<policy>/report.json\n", out_dir.string(),
+             o.goodput ? ", goodput.{json,md}" : "", o.pareto ? ", pareto.{json,md}" : "", out_dir.string());
   return 0;
 }
 
@@ -244,12 +289,22 @@ std::function<int()> add_replay(CLI::App& app) {
          "--policies", o->policies,
          "comma-separated: vllm-fcfs, vllm-priority, static-budget, meridian-no-forcing, meridian; or all")
       ->capture_default_str();
-  sub->add_option("--seed", o->seed, "workload and signal seed")->capture_default_str();
+  sub->add_option("--seed", o->seed, "first workload and signal seed")->capture_default_str();
+  sub->add_option("--seeds", o->seeds,
+                  "number of seeds (--seed, --seed + 1, ...); reports give 95% intervals")
+      ->capture_default_str();
+  sub->add_option("--jobs", o->jobs, "worker threads (0: one per hardware thread)")->capture_default_str();
+  sub->add_flag(
+      "--goodput", o->goodput,
+      "also find each policy's goodput (highest rate with [slo] attainment met); writes goodput.json");
+  sub->add_flag("--pareto", o->pareto,
+                "also sweep static thinking budgets and Meridian's forcing thresholds; writes pareto.json");
   sub->add_option("--arrival-rate", o->arrival_rate,
                   "conversations per second (Poisson); overrides the params");
   sub->add_option("--duration-s", o->duration_s, "seconds of arrivals; overrides the params");
   sub->add_option("--reasoning-ratio", o->reasoning_ratio, "share of reasoning conversations in [0, 1]");
-  sub->add_option("--workload", o->workload, "synthetic workload: mixed (default) or seeds-mix");
+  sub->add_option("--workload", o->workload,
+                  "synthetic workload: mixed (default), seeds-mix, long-think or long-prompt");
   sub->add_option("--trace", o->trace, "replay a JSONL trace instead of a synthetic workload")
       ->check(CLI::ExistingFile);
   sub->add_option("--params", o->params_file,

@@ -36,7 +36,7 @@ enum class PolicyKind : std::uint8_t {
 };
 /// Every policy, in report order: the vLLM baselines first, then Meridian.
 inline constexpr std::array<PolicyKind, 6> kAllPolicies = {
-    PolicyKind::kVllmFcfs,    PolicyKind::kVllmFcfsTuned,      PolicyKind::kVllmPriority,
+    PolicyKind::kVllmFcfs,     PolicyKind::kVllmFcfsTuned,     PolicyKind::kVllmPriority,
     PolicyKind::kStaticBudget, PolicyKind::kMeridianNoForcing, PolicyKind::kMeridian};
 [[nodiscard]] std::string_view to_string(PolicyKind policy) noexcept;
 /// "meridian", "meridian-no-forcing", "vllm-fcfs", "vllm-fcfs-tuned", "vllm-priority", "static-budget".
@@ -64,10 +64,10 @@ struct EngineParams {
 /// visible tokens; think TPOT when it thought >= 2 tokens. A request that
 /// does not complete does not meet it.
 struct SloParams {
-  double ttft_ms = 1000;        ///< arrival -> first generated token (think or visible)
-  double output_tpot_ms = 20;   ///< mean gap between a request's visible tokens (the seeds' output budget)
-  double think_tpot_ms = 80;    ///< think duration / think tokens
-  double attainment_pct = 90;   ///< goodput: highest rate with at least this share meeting the SLO
+  double ttft_ms = 1000;       ///< arrival -> first generated token (think or visible)
+  double output_tpot_ms = 20;  ///< mean gap between a request's visible tokens (the seeds' output budget)
+  double think_tpot_ms = 80;   ///< think duration / think tokens
+  double attainment_pct = 90;  ///< goodput: highest rate with at least this share meeting the SLO
 };
 
 /// Everything a replay TOML file holds.
@@ -112,10 +112,10 @@ struct RequestOutcome {
   bool arrived = false;
   bool completed = false;
   bool reasoning = false;
-  float ttft_ms = -1;         ///< -1: no token generated
-  float ttfv_ms = -1;         ///< -1: no visible token
-  float output_tpot_ms = -1;  ///< -1: fewer than 2 visible tokens
-  float think_tpot_ms = -1;   ///< -1: not a reasoning request, or fewer than 2 think tokens
+  float ttft_ms = -1;              ///< -1: no token generated
+  float ttfv_ms = -1;              ///< -1: no visible token
+  float output_tpot_ms = -1;       ///< -1: fewer than 2 visible tokens
+  float think_tpot_ms = -1;        ///< -1: not a reasoning request, or fewer than 2 think tokens
   std::uint32_t think_tokens = 0;  ///< emitted
   bool slo_met = false;
 };
@@ -170,8 +170,9 @@ struct MetricInfo {
 
 /// Context printed into every report.
 struct ReportContext {
-  std::uint64_t seed = 42;
-  std::string workload;  ///< name and source
+  std::uint64_t seed = 42;           ///< the first seed
+  std::vector<std::uint64_t> seeds;  ///< every seed of a multi-seed study (empty: just `seed`)
+  std::string workload;              ///< name and source
   std::size_t requests = 0;
   std::string command;  ///< the command line that produced it
   ReplayParams params;
@@ -179,22 +180,4 @@ struct ReportContext {
 
 /// report.json of one policy: {"policy", "metrics": {...}, "series": [...], "samples": {...}}.
 [[nodiscard]] std::string policy_report_json(const ReplayResult& result, const ReportContext& context);
-/// ab-report.json: {"runs": {policy: {metric: value}}, "deltas": {baseline: {policy: {metric: {delta_pct,
-/// flag}}}}, "targets": [...], ...}.
-[[nodiscard]] std::string ab_report_json(const std::vector<ReplayResult>& results,
-                                         const ReportContext& context);
-/// ab-report.md: one column per policy, a Δ% column with its flag per baseline.
-[[nodiscard]] std::string ab_report_markdown(const std::vector<ReplayResult>& results,
-                                             const ReportContext& context);
-
-/// SPEC §5 scheduling-quality targets evaluated on a set of runs.
-struct TargetCheck {
-  std::string name;  ///< e.g. "ttot_p95_vs_vllm_fcfs"
-  std::string goal;  ///< e.g. "<= -60%"
-  double value = 0;  ///< measured
-  bool met = false;
-  bool available = false;  ///< the runs it needs were part of this replay
-};
-[[nodiscard]] std::vector<TargetCheck> check_targets(const std::vector<ReplayResult>& results);
-
 }  // namespace meridian::sim

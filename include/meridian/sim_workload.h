@@ -67,7 +67,7 @@ struct WorkloadParams {
   /// a load whose capacity is known by construction, for tests).
   std::string arrival_process = "poisson";
   double arrival_rate = 2.5;  ///< conversations per second; ~75% of vllm-fcfs goodput (docs/replay.md)
-  double duration_s = 600;     ///< arrivals of first turns stop after this
+  double duration_s = 600;    ///< arrivals of first turns stop after this
   double reasoning_ratio = 0.4;
   double mean_turns = 2.0;        ///< mixed: turns per conversation (1 + geometric)
   double turn_delay_mean_s = 20;  ///< mixed: user time between a reply and the next turn (exponential)

@@ -117,10 +117,10 @@ class Engine {
                                        StepCostModel::from_config(o.config.scheduler), limits, pool_);
     } else {
       const bool tuned = o.policy == PolicyKind::kVllmFcfsTuned;
-      policy_ = detail::make_vllm_policy({o.policy == PolicyKind::kVllmPriority,
-                                          tuned ? e.tuned_max_num_batched_tokens : e.max_num_batched_tokens,
-                                          e.max_num_seqs},
-                                         pool_);
+      policy_ = detail::make_vllm_policy(
+          {o.policy == PolicyKind::kVllmPriority,
+           tuned ? e.tuned_max_num_batched_tokens : e.max_num_batched_tokens, e.max_num_seqs},
+          pool_);
     }
     probe_settings_ = ProbeSettings::from(o.config);
     forcing_ = o.policy == PolicyKind::kMeridian && probe_settings_.enabled;
@@ -273,7 +273,8 @@ class Engine {
     if (r.first_token_ns >= 0) o.ttft_ms = ms_between(r.arrival_ns, r.first_token_ns);
     if (r.first_visible_ns >= 0) o.ttfv_ms = ms_between(r.arrival_ns, r.first_visible_ns);
     if (r.answer_emitted >= 2) {
-      o.output_tpot_ms = ms_between(r.first_visible_ns, r.last_token_ns) / static_cast<float>(r.answer_emitted - 1);
+      o.output_tpot_ms =
+          ms_between(r.first_visible_ns, r.last_token_ns) / static_cast<float>(r.answer_emitted - 1);
     }
     o.think_tpot_ms = r.think_tpot_ms;
     o.think_tokens = r.think_emitted;
@@ -586,9 +587,9 @@ ReplayResult Engine::summarize() {
   put("think_tokens_total", static_cast<double>(think_tokens_total_));
   double emitted_by_done = 0;
   for (float c : think_counts_) emitted_by_done += c;
-  put("think_tokens_saved_pct", natural_think_tokens_ > 0
-                                    ? 100.0 * (1.0 - emitted_by_done / static_cast<double>(natural_think_tokens_))
-                                    : 0);
+  put("think_tokens_saved_pct",
+      natural_think_tokens_ > 0 ? 100.0 * (1.0 - emitted_by_done / static_cast<double>(natural_think_tokens_))
+                                : 0);
   put("output_tokens_total", static_cast<double>(output_tokens_total_));
   const std::uint64_t forced_total = forced_[0] + forced_[1] + forced_[2];
   put("forced_pct", 100.0 * static_cast<double>(forced_total) / reasoning);

@@ -1,5 +1,5 @@
-// Reports of the replay: report.json per policy, ab-report.json/md, and the
-// SPEC §5 target checks.
+// The replay's metric catalog, delta flags and per-policy report.json
+// (the multi-seed reports are in study_report.cpp).
 #include <cmath>
 #include <limits>
 #include <map>
@@ -10,6 +10,7 @@
 
 #include "meridian/replay.h"
 #include "sim/metrics.h"
+#include "sim/report_util.h"
 
 namespace meridian::sim {
 namespace {
@@ -17,12 +18,7 @@ namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-constexpr double kWinPct = 20;
-constexpr double kFlatPct = 2;
 constexpr std::size_t kCdfPoints = 200;
-
-// Finite numbers only: JSON has no inf/NaN.
-double finite(double v) { return std::isfinite(v) ? v : 0.0; }
 
 ordered_json cdf(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -33,33 +29,6 @@ ordered_json cdf(std::vector<float> v) {
     points.push_back({detail::sorted_percentile(v, q), q / 100.0});
   }
   return points;
-}
-
-ordered_json context_json(const ReportContext& c) {
-  ordered_json j;
-  j["seed"] = c.seed;
-  j["workload"] = c.workload;
-  j["requests"] = c.requests;
-  j["arrival_rate"] = c.params.workload.arrival_rate;
-  j["reasoning_ratio"] = c.params.workload.reasoning_ratio;
-  j["duration_s"] = c.params.workload.duration_s;
-  j["command"] = c.command;
-  j["cost_model"] = "roofline: Qwen3-8B-class bf16 on one H100 SXM unless overridden (docs/benchmarks.md)";
-  return j;
-}
-
-const ReplayResult* find(const std::vector<ReplayResult>& results, PolicyKind p) {
-  for (const ReplayResult& r : results) {
-    if (r.policy == p) return &r;
-  }
-  return nullptr;
-}
-
-std::string fmt_value(double v) {
-  if (v == 0) return "0";
-  if (std::fabs(v) >= 1000) return fmt::format("{:.0f}", v);
-  if (std::fabs(v) >= 10) return fmt::format("{:.1f}", v);
-  return fmt::format("{:.3g}", v);
 }
 
 }  // namespace
@@ -169,75 +138,20 @@ double delta_pct(double candidate, double baseline) noexcept {
 
 std::string_view delta_flag(double d, Better better) noexcept {
   if (better == Better::kNeither) return "";
-  if (std::isnan(d) || std::fabs(d) < kFlatPct) return "FLAT";
+  if (std::isnan(d) || std::fabs(d) < detail::kFlatPct) return "FLAT";
   const bool improved = better == Better::kLower ? d < 0 : d > 0;
-  const bool big = std::fabs(d) >= kWinPct;
+  const bool big = std::fabs(d) >= detail::kWinPct;
   if (improved) return big ? "WIN" : "win";
   return big ? "LOSS" : "loss";
-}
-
-std::vector<TargetCheck> check_targets(const std::vector<ReplayResult>& results) {
-  std::vector<TargetCheck> out;
-  const ReplayResult* fcfs = find(results, PolicyKind::kVllmFcfs);
-  const ReplayResult* mer = find(results, PolicyKind::kMeridian);
-  const ReplayResult* nof = find(results, PolicyKind::kMeridianNoForcing);
-  auto vs_fcfs = [&](std::string name, std::string_view metric, double goal, const ReplayResult* cand) {
-    TargetCheck t{std::move(name), fmt::format("<= {:+.0f}%", goal), 0, false,
-                  fcfs != nullptr && cand != nullptr};
-    if (t.available) {
-      t.value = delta_pct(cand->metric(metric), fcfs->metric(metric));
-      t.met = t.value <= goal;
-    }
-    out.push_back(t);
-  };
-  vs_fcfs("ttot_p95_vs_vllm_fcfs", "ttot_p95_ms", -60, mer);
-  vs_fcfs("output_itl_p99_vs_vllm_fcfs", "output_itl_p99_ms", -50, mer);
-  {
-    // Scheduling cost to reasoning: think tokens per second of the no-forcing
-    // run (same think work as vllm-fcfs) against vllm-fcfs.
-    TargetCheck t{"think_throughput_cost_vs_vllm_fcfs", ">= -5%", 0, false,
-                  fcfs != nullptr && nof != nullptr};
-    if (t.available) {
-      t.value = delta_pct(nof->metric("think_throughput_tokens_per_s"),
-                          fcfs->metric("think_throughput_tokens_per_s"));
-      t.met = t.value >= -5;
-    }
-    out.push_back(t);
-  }
-  {
-    TargetCheck t{"output_critical_eviction_events", "== 0", 0, false, mer != nullptr};
-    if (t.available) {
-      t.value = mer->metric("output_critical_eviction_events");
-      t.met = t.value == 0;
-    }
-    out.push_back(t);
-  }
-  {
-    TargetCheck t{"think_tokens_saved_by_forcing", ">= 15%", 0, false, mer != nullptr && nof != nullptr};
-    if (t.available) {
-      t.value = -delta_pct(mer->metric("think_tokens_total"), nof->metric("think_tokens_total"));
-      t.met = t.value >= 15;
-    }
-    out.push_back(t);
-  }
-  {
-    TargetCheck t{"forced_before_answer", "<= 1%", 0, false, mer != nullptr};
-    if (t.available) {
-      t.value = mer->metric("forced_before_answer_pct");
-      t.met = t.value <= 1;
-    }
-    out.push_back(t);
-  }
-  return out;
 }
 
 std::string policy_report_json(const ReplayResult& result, const ReportContext& context) {
   ordered_json j;
   j["schema_version"] = 1;
   j["policy"] = to_string(result.policy);
-  j["context"] = context_json(context);
+  j["context"] = detail::context_json(context);
   ordered_json metrics;
-  for (const auto& [k, v] : result.metrics) metrics[k] = finite(v);
+  for (const auto& [k, v] : result.metrics) metrics[k] = detail::finite(v);
   j["metrics"] = metrics;
   ordered_json series = ordered_json::array();
   for (const SeriesPoint& p : result.series) {
@@ -261,104 +175,6 @@ std::string policy_report_json(const ReplayResult& result, const ReportContext& 
   cdfs["e2e_ms"] = cdf(result.e2e_ms);
   j["cdf"] = cdfs;
   return j.dump(1) + "\n";
-}
-
-std::string ab_report_json(const std::vector<ReplayResult>& results, const ReportContext& context) {
-  ordered_json j;
-  j["schema_version"] = 1;
-  j["context"] = context_json(context);
-  ordered_json runs;
-  for (const ReplayResult& r : results) {
-    ordered_json m;
-    for (const auto& [k, v] : r.metrics) m[k] = finite(v);
-    runs[std::string(to_string(r.policy))] = m;
-  }
-  j["runs"] = runs;
-  ordered_json deltas;
-  for (const ReplayResult& base : results) {
-    if (base.policy == PolicyKind::kMeridian) continue;
-    ordered_json per;
-    for (const ReplayResult& cand : results) {
-      if (cand.policy == base.policy) continue;
-      ordered_json m;
-      for (const MetricInfo& info : metric_catalog()) {
-        if (info.better == Better::kNeither) continue;
-        const double d = delta_pct(cand.metric(info.name), base.metric(info.name));
-        m[std::string(info.name)] = {{"delta_pct", std::isfinite(d) ? json(d) : json(nullptr)},
-                                     {"flag", delta_flag(d, info.better)}};
-      }
-      per[std::string(to_string(cand.policy))] = m;
-    }
-    deltas[std::string(to_string(base.policy))] = per;
-  }
-  j["deltas"] = deltas;
-  ordered_json targets = ordered_json::array();
-  for (const TargetCheck& t : check_targets(results)) {
-    targets.push_back({{"name", t.name},
-                       {"goal", t.goal},
-                       {"value", t.available ? json(finite(t.value)) : json(nullptr)},
-                       {"met", t.met},
-                       {"available", t.available}});
-  }
-  j["targets"] = targets;
-  return j.dump(1) + "\n";
-}
-
-std::string ab_report_markdown(const std::vector<ReplayResult>& results, const ReportContext& context) {
-  std::string out = "# Meridian A/B replay\n\n";
-  out += fmt::format("Workload `{}`: {} requests, arrival rate {} /s, reasoning ratio {}, seed {}.  \n",
-                     context.workload, context.requests, context.params.workload.arrival_rate,
-                     context.params.workload.reasoning_ratio, context.seed);
-  out +=
-      "Simulated: a roofline model of Qwen3-8B-class bf16 on one H100 (docs/benchmarks.md); not a "
-      "measurement.\n\n";
-  const ReplayResult* meridian = find(results, PolicyKind::kMeridian);
-  std::vector<const ReplayResult*> baselines;
-  for (const ReplayResult& r : results) {
-    if (meridian != nullptr && r.policy != PolicyKind::kMeridian &&
-        (r.policy == PolicyKind::kVllmFcfs || r.policy == PolicyKind::kStaticBudget ||
-         r.policy == PolicyKind::kVllmPriority)) {
-      baselines.push_back(&r);
-    }
-  }
-  out += "| metric |";
-  for (const ReplayResult& r : results) out += fmt::format(" {} |", to_string(r.policy));
-  for (const ReplayResult* b : baselines) out += fmt::format(" meridian Δ% vs {} |", to_string(b->policy));
-  out += "\n|---|";
-  for (std::size_t i = 0; i < results.size() + baselines.size(); ++i) out += "---:|";
-  out += "\n";
-  for (const MetricInfo& info : metric_catalog()) {
-    out += fmt::format("| {} |", info.label);
-    for (const ReplayResult& r : results) out += fmt::format(" {} |", fmt_value(r.metric(info.name)));
-    for (const ReplayResult* b : baselines) {
-      if (info.better == Better::kNeither) {
-        out += " |";
-        continue;
-      }
-      const double d = delta_pct(meridian->metric(info.name), b->metric(info.name));
-      if (std::isfinite(d)) {
-        out += fmt::format(" {:+.1f}% {} |", d, delta_flag(d, info.better));
-      } else {
-        out += fmt::format(" n/a {} |", delta_flag(d, info.better));
-      }
-    }
-    out += "\n";
-  }
-  const auto targets = check_targets(results);
-  out += "\n## SPEC §5 targets\n\n| target | goal | measured | met |\n|---|---|---:|---|\n";
-  for (const TargetCheck& t : targets) {
-    if (!t.available) {
-      out += fmt::format("| {} | {} | (runs missing) | - |\n", t.name, t.goal);
-      continue;
-    }
-    const bool pct = t.name != "output_critical_eviction_events";
-    out += fmt::format("| {} | {} | {}{} | {} |\n", t.name, t.goal,
-                       pct ? fmt::format("{:+.1f}", t.value) : fmt_value(t.value), pct ? "%" : "",
-                       t.met ? "yes" : "**no**");
-  }
-  out += fmt::format("\nFlags: WIN/LOSS at >= {:.0f}% change, win/loss at >= {:.0f}%, FLAT below.\n", kWinPct,
-                     kFlatPct);
-  return out;
 }
 
 }  // namespace meridian::sim

@@ -114,19 +114,21 @@ WorkloadParams workload_preset(std::string_view kind) {
     p.follow_up_prompt = {200, 0.8, 4, 4096};
     return p;
   }
-  throw ConfigError({{"workload.kind",
-                      fmt::format("workload.kind must be one of mixed, seeds-mix, long-think, long-prompt; got \"{}\"",
-                                  kind),
-                      "", 0, 0}});
+  throw ConfigError(
+      {{"workload.kind",
+        fmt::format("workload.kind must be one of mixed, seeds-mix, long-think, long-prompt; got \"{}\"",
+                    kind),
+        "", 0, 0}});
 }
 
 void validate(const WorkloadParams& p) {
   std::vector<ConfigIssue> issues;
   if (!is_workload_kind(p.kind)) {
-    issues.push_back({"workload.kind",
-                      fmt::format("workload.kind must be one of mixed, seeds-mix, long-think, long-prompt; got \"{}\"",
-                                  p.kind),
-                      "", 0, 0});
+    issues.push_back(
+        {"workload.kind",
+         fmt::format("workload.kind must be one of mixed, seeds-mix, long-think, long-prompt; got \"{}\"",
+                     p.kind),
+         "", 0, 0});
   }
   if (p.arrival_process != "poisson" && p.arrival_process != "uniform") {
     issues.push_back({"workload.arrival_process",
@@ -160,8 +162,8 @@ Workload generate_workload(const WorkloadParams& p, std::uint64_t seed) {
   std::uint64_t conversation = 0;
   std::uint64_t draw_index = 0;  // one per request: every length draw of a request shares it
   for (;;) {
-    const double gap = p.arrival_process == "uniform" ? 1.0
-                                                      : -std::log(1.0 - uniform01(seed, kArrival, conversation));
+    const double gap =
+        p.arrival_process == "uniform" ? 1.0 : -std::log(1.0 - uniform01(seed, kArrival, conversation));
     t += gap / p.arrival_rate;
     if (t >= p.duration_s) break;
     ++conversation;

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "meridian/replay_study.h"
+
 namespace meridian::sim {
 namespace {
 
@@ -229,7 +231,9 @@ TEST(Replay, ReportsCarryTheContractKeys) {
   ReportContext ctx;
   ctx.requests = w.requests.size();
   ctx.params = params;
-  const std::string json = ab_report_json(results, ctx);
+  std::vector<PolicyRuns> runs;
+  for (ReplayResult& r : results) runs.push_back({r.policy, {r}});
+  const std::string json = ab_report_json(runs, ctx);
   for (const char* key : {"ttft_p95_ms", "ttot_p95_ms", "output_itl_p99_ms", "think_tpot_p99_ms",
                           "think_tokens_avg", "throughput_tokens_per_s", "preemptions",
                           "output_critical_eviction_events", "simulated_tokens", "sim_wall_s"}) {
@@ -240,8 +244,13 @@ TEST(Replay, ReportsCarryTheContractKeys) {
   for (std::size_t i = 0; i < metric_catalog().size(); ++i) {
     EXPECT_EQ(results[0].metrics[i].first, metric_catalog()[i].name);
   }
-  const std::string md = ab_report_markdown(results, ctx);
+  for (const char* key : {"\"ttfv_p95_ms\"", "\"slo_attainment_pct\"", "\"vllm-fcfs-tuned\"", "\"intervals\"",
+                          "\"per_seed\"", "\"ci95\""}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key;
+  }
+  const std::string md = ab_report_markdown(runs, ctx);
   EXPECT_NE(md.find("meridian Δ% vs vllm-fcfs"), std::string::npos);
+  EXPECT_NE(md.find("meridian-no-forcing Δ% vs vllm-fcfs-tuned"), std::string::npos);
 }
 
 TEST(DeltaFlags, ThresholdsAndDirection) {

@@ -1,0 +1,357 @@
+// Multi-seed runs, the goodput search and the forcing Pareto sweep
+// (replay_study.h). Runs are independent, so they go to worker threads; each
+// result lands in its own slot, so the output never depends on the order in
+// which threads finish.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "meridian/replay_study.h"
+
+namespace meridian::sim {
+namespace {
+
+// Runs fn(i) for i in [0, count) on `threads` workers; rethrows the first exception.
+template <typename Fn>
+void parallel_for(std::size_t count, unsigned threads, Fn&& fn) {
+  if (threads == 0) threads = std::max(1U, std::thread::hardware_concurrency());
+  threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(count, 1)));
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (std::size_t i = next++; i < count; i = next++) {
+      try {
+        fn(i);
+      } catch (...) {
+        const std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = count;  // stop handing out work
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  pool.reserve(threads - 1);
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+// Serialised progress reporting from worker threads.
+class Progress {
+ public:
+  Progress(const std::function<void(double)>& fn, std::size_t total) : fn_(fn), total_(total) {}
+  void tick() {
+    if (!fn_) return;
+    const std::lock_guard lock(mutex_);
+    ++done_;
+    fn_(total_ == 0 ? 1.0 : std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_)));
+  }
+
+ private:
+  const std::function<void(double)>& fn_;
+  std::size_t total_;
+  std::size_t done_ = 0;
+  std::mutex mutex_;
+};
+
+Workload workload_for(const StudyOptions& o, const ReplayParams& params, std::uint64_t seed) {
+  if (o.trace) return *o.trace;
+  return generate_workload(params.workload, seed);
+}
+
+ReplayOptions replay_options(const StudyOptions& o, PolicyKind policy, const ReplayParams& params,
+                             std::uint64_t seed) {
+  ReplayOptions ro;
+  ro.policy = policy;
+  ro.config = o.config;
+  ro.model = o.model;
+  ro.params = params;
+  ro.seed = seed;
+  return ro;
+}
+
+double elapsed_s(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+}  // namespace
+
+double t_quantile_95(std::size_t dof) noexcept {
+  // Two-sided 95% (0.975 quantile) of Student's t.
+  static constexpr double kTable[] = {0,     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365,
+                                      2.306, 2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+                                      2.120, 2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069,
+                                      2.064, 2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
+  constexpr std::size_t kRows = sizeof(kTable) / sizeof(kTable[0]);
+  if (dof == 0) return 0;
+  if (dof < kRows) return kTable[dof];
+  if (dof < 60) return 2.000;
+  if (dof < 120) return 1.980;
+  return 1.960;
+}
+
+SeedStat seed_stat(std::vector<double> values) {
+  SeedStat s;
+  s.per_seed = std::move(values);
+  const auto n = s.per_seed.size();
+  if (n == 0) return s;
+  double sum = 0;
+  for (double v : s.per_seed) sum += v;
+  s.mean = sum / static_cast<double>(n);
+  double half = 0;
+  if (n > 1) {
+    double ss = 0;
+    for (double v : s.per_seed) ss += (v - s.mean) * (v - s.mean);
+    const double sd = std::sqrt(ss / static_cast<double>(n - 1));
+    half = t_quantile_95(n - 1) * sd / std::sqrt(static_cast<double>(n));
+  }
+  s.ci_low = s.mean - half;
+  s.ci_high = s.mean + half;
+  return s;
+}
+
+std::vector<PolicyRuns> run_seeds(const std::vector<PolicyKind>& policies, const StudyOptions& o) {
+  validate(o.params);
+  const std::size_t seeds = o.seeds.size();
+  std::vector<PolicyRuns> out(policies.size());
+  for (std::size_t p = 0; p < policies.size(); ++p) {
+    out[p].policy = policies[p];
+    out[p].seeds.resize(seeds);
+  }
+  // One workload per seed, shared read-only by that seed's policies.
+  std::vector<Workload> workloads(seeds);
+  parallel_for(seeds, o.threads,
+               [&](std::size_t s) { workloads[s] = workload_for(o, o.params, o.seeds[s]); });
+  Progress progress(o.progress, policies.size() * seeds);
+  parallel_for(policies.size() * seeds, o.threads, [&](std::size_t i) {
+    const std::size_t p = i / seeds;
+    const std::size_t s = i % seeds;
+    out[p].seeds[s] = run_replay(workloads[s], replay_options(o, policies[p], o.params, o.seeds[s]));
+    progress.tick();
+  });
+  return out;
+}
+
+SeedStat metric_stat(const PolicyRuns& runs, std::string_view metric) {
+  std::vector<double> v;
+  v.reserve(runs.seeds.size());
+  for (const ReplayResult& r : runs.seeds) v.push_back(r.metric(metric));
+  return seed_stat(std::move(v));
+}
+
+SeedStat delta_stat(const PolicyRuns& candidate, const PolicyRuns& baseline, std::string_view metric) {
+  std::vector<double> v;
+  const std::size_t n = std::min(candidate.seeds.size(), baseline.seeds.size());
+  for (std::size_t s = 0; s < n; ++s) {
+    const double d = delta_pct(candidate.seeds[s].metric(metric), baseline.seeds[s].metric(metric));
+    if (std::isfinite(d)) v.push_back(d);
+  }
+  return seed_stat(std::move(v));
+}
+
+// ---- Goodput ----------------------------------------------------------------
+
+double search_goodput(const std::function<AttainmentPoint(double, bool)>& attainment, double base_rate,
+                      double target_pct, const GoodputOptions& search, std::vector<AttainmentPoint>& points,
+                      bool* at_least) {
+  double lo = 0;                                        // highest rate that met the target before hi
+  double hi = std::numeric_limits<double>::infinity();  // lowest rate that did not
+  for (double factor : search.grid) {
+    const double rate = base_rate * factor;
+    const AttainmentPoint p = attainment(rate, true);
+    points.push_back(p);
+    if (p.attainment_pct >= target_pct) {
+      if (!std::isfinite(hi)) lo = rate;
+    } else if (!std::isfinite(hi)) {
+      hi = rate;
+    }
+    if (p.attainment_pct < search.plot_floor_pct) break;
+  }
+  if (at_least != nullptr) *at_least = !std::isfinite(hi);
+  if (!std::isfinite(hi)) return lo;
+  constexpr int kMaxBisections = 30;
+  for (int i = 0; i < kMaxBisections && hi - lo > search.rel_tolerance * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    const AttainmentPoint p = attainment(mid, false);
+    points.push_back(p);
+    (p.attainment_pct >= target_pct ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+const PolicyGoodput* GoodputResult::find(PolicyKind policy) const noexcept {
+  for (const PolicyGoodput& p : policies) {
+    if (p.policy == policy) return &p;
+  }
+  return nullptr;
+}
+
+std::optional<SeedStat> GoodputResult::ratio(PolicyKind candidate, PolicyKind baseline) const {
+  const PolicyGoodput* c = find(candidate);
+  const PolicyGoodput* b = find(baseline);
+  if (c == nullptr || b == nullptr) return std::nullopt;
+  std::vector<double> v;
+  const std::size_t n = std::min(c->goodput_rps.per_seed.size(), b->goodput_rps.per_seed.size());
+  for (std::size_t s = 0; s < n; ++s) {
+    if (b->goodput_rps.per_seed[s] > 0) v.push_back(c->goodput_rps.per_seed[s] / b->goodput_rps.per_seed[s]);
+  }
+  if (v.empty()) return std::nullopt;
+  return seed_stat(std::move(v));
+}
+
+GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyOptions& o,
+                           const GoodputOptions& search) {
+  validate(o.params);
+  if (o.trace) {
+    throw std::invalid_argument(
+        "the goodput search varies the synthetic arrival rate; it cannot use a trace");
+  }
+  if (search.grid.empty() || !std::is_sorted(search.grid.begin(), search.grid.end()) ||
+      search.grid.front() <= 0 || !(search.rel_tolerance > 0)) {
+    throw std::invalid_argument("goodput search: the grid must be ascending and positive, the tolerance > 0");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  GoodputResult out;
+  out.slo = o.params.slo;
+  out.base_rate = o.params.workload.arrival_rate;
+  out.seeds = o.seeds;
+  out.search = search;
+  const std::size_t seeds = o.seeds.size();
+  std::vector<std::vector<double>> goodput(policies.size(), std::vector<double>(seeds, 0));
+  out.policies.resize(policies.size());
+  for (std::size_t p = 0; p < policies.size(); ++p) {
+    out.policies[p].policy = policies[p];
+    out.policies[p].at_least.assign(seeds, false);
+    out.policies[p].points.resize(seeds);
+  }
+  std::atomic<std::uint64_t> runs{0};
+  // Progress counts (policy, seed) searches.
+  Progress progress(o.progress, policies.size() * seeds);
+  const double target = o.params.slo.attainment_pct;
+  parallel_for(policies.size() * seeds, o.threads, [&](std::size_t i) {
+    const std::size_t p = i / seeds;
+    const std::size_t s = i % seeds;
+    auto attainment = [&](double rate, bool for_plot) {
+      ReplayParams params = o.params;
+      params.workload.arrival_rate = rate;
+      const Workload w = generate_workload(params.workload, o.seeds[s]);
+      ReplayOptions ro = replay_options(o, policies[p], params, o.seeds[s]);
+      // Stop once the threshold is out of reach: every unresolved request
+      // would have to meet its SLO, and more than the allowed share already missed.
+      const double threshold = for_plot ? std::min(search.plot_floor_pct, target) : target;
+      ro.stop_after_slo_misses = static_cast<std::uint64_t>(
+          std::floor(static_cast<double>(w.requests.size()) * (100.0 - threshold) / 100.0));
+      const ReplayResult r = run_replay(w, ro);
+      ++runs;
+      return AttainmentPoint{rate, r.metric("slo_attainment_pct"), r.metric("slo_attainment_chat_pct"),
+                             r.metric("slo_attainment_reasoning_pct"), r.stopped_early};
+    };
+    bool at_least = false;
+    goodput[p][s] =
+        search_goodput(attainment, out.base_rate, target, search, out.policies[p].points[s], &at_least);
+    out.policies[p].at_least[s] = at_least;
+    progress.tick();
+  });
+  for (std::size_t p = 0; p < policies.size(); ++p) out.policies[p].goodput_rps = seed_stat(goodput[p]);
+  out.runs = runs;
+  out.wall_s = elapsed_s(start);
+  return out;
+}
+
+// ---- Pareto -----------------------------------------------------------------
+
+std::vector<ParetoSetting> default_pareto_settings(const MeridianConfig& config) {
+  std::vector<ParetoSetting> out;
+  for (std::uint32_t budget : {1024U, 1536U, 2048U, 3072U, 4096U, 6144U, 8192U, 12288U, 16384U}) {
+    ParetoSetting s;
+    s.policy = PolicyKind::kStaticBudget;
+    s.label = fmt::format("budget {}", budget);
+    s.thinking_budget = budget;
+    out.push_back(s);
+  }
+  auto meridian = [&](std::string label, auto&& tweak) {
+    ParetoSetting s;
+    s.policy = PolicyKind::kMeridian;
+    s.label = std::move(label);
+    s.entropy = config.entropy;
+    tweak(s.entropy);
+    out.push_back(s);
+  };
+  const EntropyConfig& e = config.entropy;
+  meridian(fmt::format("configured (rpdi {}, alpha {})", e.rpdi_threshold, e.ema_alpha),
+           [](EntropyConfig&) {});
+  meridian("rpdi 4.0", [](EntropyConfig& c) { c.rpdi_threshold = 4.0; });
+  meridian("rpdi 5.0", [](EntropyConfig& c) { c.rpdi_threshold = 5.0; });
+  meridian("eat fast (alpha 0.2, probe 16)", [](EntropyConfig& c) {
+    c.ema_alpha = 0.2;
+    c.eat_probe_interval_tokens = 16;
+  });
+  meridian("eat fast + rpdi 5.0", [](EntropyConfig& c) {
+    c.ema_alpha = 0.2;
+    c.eat_probe_interval_tokens = 16;
+    c.rpdi_threshold = 5.0;
+  });
+  return out;
+}
+
+std::optional<double> ParetoResult::static_curve_at(double saved_pct) const {
+  std::vector<std::pair<double, double>> curve;  // (saved, forced before answer)
+  for (const ParetoPoint& p : points) {
+    if (p.setting.policy == PolicyKind::kStaticBudget) {
+      curve.emplace_back(p.think_tokens_saved_pct.mean, p.forced_before_answer_pct.mean);
+    }
+  }
+  std::sort(curve.begin(), curve.end());
+  for (std::size_t i = 1; i < curve.size(); ++i) {
+    const auto [x0, y0] = curve[i - 1];
+    const auto [x1, y1] = curve[i];
+    if (saved_pct >= x0 && saved_pct <= x1) {
+      return x1 > x0 ? y0 + (y1 - y0) * (saved_pct - x0) / (x1 - x0) : std::min(y0, y1);
+    }
+  }
+  return std::nullopt;
+}
+
+ParetoResult run_pareto(const std::vector<ParetoSetting>& settings, const StudyOptions& o) {
+  validate(o.params);
+  const auto start = std::chrono::steady_clock::now();
+  const std::size_t seeds = o.seeds.size();
+  std::vector<Workload> workloads(seeds);
+  parallel_for(seeds, o.threads,
+               [&](std::size_t s) { workloads[s] = workload_for(o, o.params, o.seeds[s]); });
+  std::vector<std::vector<ReplayResult>> results(settings.size(), std::vector<ReplayResult>(seeds));
+  Progress progress(o.progress, settings.size() * seeds);
+  parallel_for(settings.size() * seeds, o.threads, [&](std::size_t i) {
+    const ParetoSetting& setting = settings[i / seeds];
+    const std::size_t s = i % seeds;
+    ReplayParams params = o.params;
+    if (setting.policy == PolicyKind::kStaticBudget)
+      params.engine.thinking_token_budget = setting.thinking_budget;
+    ReplayOptions ro = replay_options(o, setting.policy, params, o.seeds[s]);
+    if (setting.policy == PolicyKind::kMeridian) ro.config.entropy = setting.entropy;
+    results[i / seeds][s] = run_replay(workloads[s], ro);
+    progress.tick();
+  });
+  ParetoResult out;
+  out.seeds = o.seeds;
+  for (std::size_t k = 0; k < settings.size(); ++k) {
+    PolicyRuns runs{settings[k].policy, std::move(results[k])};
+    out.points.push_back({settings[k], metric_stat(runs, "think_tokens_saved_pct"),
+                          metric_stat(runs, "forced_before_answer_pct"), metric_stat(runs, "forced_pct")});
+  }
+  out.runs = settings.size() * seeds;
+  out.wall_s = elapsed_s(start);
+  return out;
+}
+
+}  // namespace meridian::sim

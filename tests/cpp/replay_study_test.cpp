@@ -1,0 +1,339 @@
+// The fair ruler: SLO attainment by hand on a small trace, the goodput search
+// on a load whose capacity is known by construction, intervals, the Pareto
+// curve, workload presets and the [slo] parameters.
+#include "meridian/replay_study.h"
+
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "meridian/replay.h"
+
+namespace meridian::sim {
+namespace {
+
+// One vLLM-model step: a prefill chunk of `tokens` after `context` cached tokens, or a decode (tokens = 1).
+double step_ms(const RooflineCostModel& m, double tokens, double context) {
+  StepShape s;
+  s.tokens = static_cast<std::uint64_t>(tokens);
+  s.kv_tokens_read = static_cast<std::uint64_t>(context + tokens);
+  s.attended_pairs = tokens * context + tokens * (tokens + 1) / 2;
+  return m.step_ms(s);
+}
+
+RequestSpec chat(std::uint64_t id, double arrival_s, std::uint32_t prompt, std::uint32_t answer) {
+  RequestSpec r;
+  r.id = id;
+  r.arrival_s = arrival_s;
+  r.prompt_tokens = prompt;
+  r.answer_tokens = answer;
+  return r;
+}
+
+TEST(SloAttainment, ComputedByHandOnASmallTrace) {
+  // One sequence at a time: B waits for all of A. C reasons alone, much later.
+  Workload w;
+  w.name = "hand";
+  w.requests.push_back(chat(1, 0.0, 16, 4));
+  w.requests.push_back(chat(2, 0.0, 16, 4));
+  RequestSpec c = chat(3, 10.0, 16, 3);
+  c.think_tokens = 20;
+  w.requests.push_back(c);
+  ReplayOptions o;
+  o.policy = PolicyKind::kVllmFcfs;
+  o.params.engine.max_num_seqs = 1;
+  o.params.slo.ttft_ms = 20;
+  o.params.slo.output_tpot_ms = 20;
+  o.params.slo.think_tpot_ms = 80;
+  const RooflineCostModel m(o.params.cost_model);
+  const double prefill = step_ms(m, 16, 0);
+  // A: its prefill step samples token 1; three decodes over 16, 17, 18 tokens of context follow.
+  const double a_decodes = step_ms(m, 1, 16) + step_ms(m, 1, 17) + step_ms(m, 1, 18);
+  const ReplayResult r = run_replay(w, o);
+  ASSERT_EQ(r.outcomes.size(), 3U);
+  const RequestOutcome& a = r.outcomes[0];
+  const RequestOutcome& b = r.outcomes[1];
+  const RequestOutcome& cr = r.outcomes[2];
+  EXPECT_NEAR(a.ttft_ms, prefill, 1e-3);
+  EXPECT_NEAR(a.output_tpot_ms, a_decodes / 3, 1e-3);
+  EXPECT_EQ(a.think_tpot_ms, -1);  // no reasoning: the bound does not apply
+  EXPECT_TRUE(a.slo_met);
+  // B is admitted in the step after A's last decode: it waited all of A, then its own prefill.
+  EXPECT_NEAR(b.ttft_ms, prefill + a_decodes + prefill, 1e-3);
+  EXPECT_GT(b.ttft_ms, 20);
+  EXPECT_FALSE(b.slo_met);
+  EXPECT_TRUE(cr.reasoning);
+  EXPECT_GT(cr.think_tpot_ms, 0);
+  EXPECT_TRUE(cr.slo_met);
+  EXPECT_NEAR(r.metric("slo_attainment_pct"), 100.0 * 2 / 3, 1e-9);
+  EXPECT_NEAR(r.metric("slo_attainment_chat_pct"), 50.0, 1e-9);
+  EXPECT_NEAR(r.metric("slo_attainment_reasoning_pct"), 100.0, 1e-9);
+
+  // A think TPOT bound below C's decode step: C now misses on its reasoning alone.
+  o.params.slo.think_tpot_ms = 0.5 * cr.think_tpot_ms;
+  const ReplayResult strict = run_replay(w, o);
+  EXPECT_FALSE(strict.outcomes[2].slo_met);
+  EXPECT_NEAR(strict.metric("slo_attainment_pct"), 100.0 / 3, 1e-9);
+  // The same for the answer: an output TPOT bound below A's mean gap.
+  o.params.slo.think_tpot_ms = 80;
+  o.params.slo.output_tpot_ms = 0.5 * a.output_tpot_ms;
+  EXPECT_NEAR(run_replay(w, o).metric("slo_attainment_pct"), 0.0, 1e-9);
+}
+
+TEST(SloAttainment, RequestsThatNeverCompleteMissTheirSlo) {
+  RequestOutcome r;
+  r.arrived = true;
+  r.ttft_ms = 1;
+  r.output_tpot_ms = 1;
+  const SloParams slo;
+  EXPECT_FALSE(meets_slo(r, slo));  // not completed
+  r.completed = true;
+  EXPECT_TRUE(meets_slo(r, slo));
+  r.think_tpot_ms = static_cast<float>(slo.think_tpot_ms) + 1;
+  EXPECT_FALSE(meets_slo(r, slo));
+}
+
+TEST(GoodputSearch, BisectsAStepFunctionToTheTolerance) {
+  const GoodputOptions search;
+  for (double capacity : {0.3, 1.0, 3.3, 7.9}) {
+    std::vector<AttainmentPoint> points;
+    bool at_least = true;
+    const double g = search_goodput(
+        [&](double rate, bool) {
+          return AttainmentPoint{rate, rate <= capacity ? 95.0 : 40.0, 0, 0, false};
+        },
+        2.0, 90, search, points, &at_least);
+    EXPECT_FALSE(at_least) << capacity;
+    EXPECT_LE(g, capacity) << capacity;
+    EXPECT_GE(g, capacity * (1 - search.rel_tolerance) - 1e-12) << capacity;
+    EXPECT_FALSE(points.empty());
+  }
+  // Never failing: the top of the grid, flagged as a lower bound.
+  std::vector<AttainmentPoint> points;
+  bool at_least = false;
+  const double g = search_goodput(
+      [](double rate, bool) {
+        return AttainmentPoint{rate, 100, 0, 0, false};
+      },
+      2.0, 90, search, points, &at_least);
+  EXPECT_TRUE(at_least);
+  EXPECT_DOUBLE_EQ(g, 2.0 * search.grid.back());
+}
+
+TEST(GoodputSearch, FindsTheCapacityOfALoadKnownByConstruction) {
+  // Fixed-length single-turn chat at fixed gaps on an engine that serves one
+  // sequence at a time: every request takes T, so below 1 / T none waits and
+  // above it the queue grows without bound. The goodput is 1 / T.
+  StudyOptions o;
+  o.seeds = {1, 2};
+  o.params.engine.max_num_seqs = 1;
+  WorkloadParams& w = o.params.workload;
+  w.arrival_process = "uniform";
+  w.reasoning_ratio = 0;
+  w.mean_turns = 1;
+  w.duration_s = 120;
+  w.arrival_rate = 1.0;
+  w.chat_prompt = {16, 0, 16, 16};
+  w.chat_output = {64, 0, 64, 64};
+  o.params.slo.ttft_ms = 100;  // a few steps: more than one prefill, less than one whole request
+  const RooflineCostModel m(o.params.cost_model);
+  double service_ms = step_ms(m, 16, 0);
+  for (int k = 0; k < 63; ++k) service_ms += step_ms(m, 1, 16 + k);
+  const double capacity = 1000.0 / service_ms;
+  const GoodputResult g = find_goodput({PolicyKind::kVllmFcfs}, o);
+  ASSERT_EQ(g.policies.size(), 1U);
+  const PolicyGoodput& p = g.policies[0];
+  ASSERT_EQ(p.goodput_rps.per_seed.size(), 2U);
+  for (double v : p.goodput_rps.per_seed) {
+    EXPECT_LE(v, capacity * 1.001);
+    EXPECT_GE(v, capacity * 0.97);
+  }
+  EXPECT_GT(g.runs, 4U);
+}
+
+TEST(GoodputSearch, EarlyStopDecidesOnlyWhatIsAlreadyDecided) {
+  ReplayParams params;
+  params.workload.arrival_rate = 8;  // far above capacity
+  params.workload.duration_s = 60;
+  const Workload w = generate_workload(params.workload, 3);
+  ReplayOptions o;
+  o.policy = PolicyKind::kVllmFcfs;
+  o.params = params;
+  o.stop_after_slo_misses = w.requests.size() / 10;
+  const ReplayResult stopped = run_replay(w, o);
+  EXPECT_TRUE(stopped.stopped_early);
+  EXPECT_EQ(stopped.metric("stopped_early"), 1);
+  EXPECT_LT(stopped.metric("slo_attainment_pct"), 90);
+  o.stop_after_slo_misses = 0;
+  const ReplayResult full = run_replay(w, o);
+  EXPECT_FALSE(full.stopped_early);
+  EXPECT_LT(full.metric("slo_attainment_pct"), 90);  // the same verdict
+  EXPECT_EQ(full.metric("completed") + full.metric("aborted") + full.metric("unfinished"),
+            full.metric("arrived"));
+}
+
+TEST(SeedStats, MeanAndStudentInterval) {
+  const SeedStat s = seed_stat({1, 2, 3, 4, 5});
+  EXPECT_DOUBLE_EQ(s.mean, 3);
+  // sd = sqrt(2.5); t(4) = 2.776; half-width = 2.776 * 1.58114 / sqrt(5) = 1.96292.
+  EXPECT_NEAR(s.ci_high - s.mean, 1.96292, 1e-4);
+  EXPECT_NEAR(s.mean - s.ci_low, 1.96292, 1e-4);
+  EXPECT_FALSE(s.crosses_zero());
+  EXPECT_TRUE(seed_stat({-1, 1, 2}).crosses_zero());
+  const SeedStat one = seed_stat({7});
+  EXPECT_EQ(one.ci_low, 7);
+  EXPECT_EQ(one.ci_high, 7);
+  EXPECT_NEAR(t_quantile_95(1), 12.706, 1e-9);
+  EXPECT_NEAR(t_quantile_95(1000), 1.96, 1e-9);
+}
+
+std::vector<std::pair<std::string, double>> stable(const ReplayResult& r) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& kv : r.metrics) {
+    if (kv.first.rfind("sim_", 0) != 0) out.push_back(kv);
+  }
+  return out;
+}
+
+TEST(RunSeeds, ResultsDoNotDependOnTheThreadCount) {
+  StudyOptions o;
+  o.params.workload.duration_s = 30;
+  o.seeds = {5, 6, 7};
+  o.threads = 1;
+  const auto one = run_seeds({PolicyKind::kVllmFcfs, PolicyKind::kMeridian}, o);
+  o.threads = 3;
+  const auto three = run_seeds({PolicyKind::kVllmFcfs, PolicyKind::kMeridian}, o);
+  ASSERT_EQ(one.size(), 2U);
+  for (std::size_t p = 0; p < one.size(); ++p) {
+    ASSERT_EQ(one[p].seeds.size(), 3U);
+    for (std::size_t s = 0; s < 3; ++s) EXPECT_EQ(stable(one[p].seeds[s]), stable(three[p].seeds[s]));
+  }
+  // Different seeds are different workloads.
+  EXPECT_NE(stable(one[0].seeds[0]), stable(one[0].seeds[1]));
+}
+
+TEST(Baselines, TunedVllmIsVllmFcfsWithTheSmallerTokenBudget) {
+  ReplayParams params;
+  params.workload = workload_preset("long-prompt");
+  params.workload.duration_s = 60;
+  const Workload w = generate_workload(params.workload, 4);
+  ReplayOptions tuned;
+  tuned.policy = PolicyKind::kVllmFcfsTuned;
+  tuned.params = params;
+  ReplayOptions fcfs = tuned;
+  fcfs.policy = PolicyKind::kVllmFcfs;
+  fcfs.params.engine.max_num_batched_tokens = params.engine.tuned_max_num_batched_tokens;
+  EXPECT_EQ(stable(run_replay(w, tuned)), stable(run_replay(w, fcfs)));
+  // Long prompts: 2,048-token chunks bound the longest stall of a stream.
+  fcfs.params.engine.max_num_batched_tokens = 8192;
+  EXPECT_LT(run_replay(w, tuned).metric("output_itl_max_ms"),
+            run_replay(w, fcfs).metric("output_itl_max_ms"));
+}
+
+TEST(Pareto, StaticCurveIsInterpolatedBetweenBudgets) {
+  ParetoResult r;
+  auto point = [](PolicyKind p, double saved, double fba) {
+    ParetoPoint q;
+    q.setting.policy = p;
+    q.think_tokens_saved_pct = seed_stat({saved});
+    q.forced_before_answer_pct = seed_stat({fba});
+    return q;
+  };
+  r.points.push_back(point(PolicyKind::kStaticBudget, 40, 30));
+  r.points.push_back(point(PolicyKind::kStaticBudget, 10, 2));
+  r.points.push_back(point(PolicyKind::kMeridian, 20, 1));
+  ASSERT_TRUE(r.static_curve_at(20).has_value());
+  EXPECT_NEAR(*r.static_curve_at(20), 2 + (30 - 2) * (20 - 10) / 30.0, 1e-12);
+  EXPECT_FALSE(r.static_curve_at(5).has_value());
+  EXPECT_FALSE(r.static_curve_at(50).has_value());
+}
+
+TEST(Pareto, SweepMeasuresSavingsAndProxyForEverySetting) {
+  StudyOptions o;
+  o.params.workload.duration_s = 60;
+  o.params.workload.arrival_rate = 1.0;
+  o.seeds = {2, 3};
+  const auto settings = default_pareto_settings(o.config);
+  const ParetoResult r = run_pareto(settings, o);
+  ASSERT_EQ(r.points.size(), settings.size());
+  double previous = 101;
+  for (const ParetoPoint& p : r.points) {
+    if (p.setting.policy != PolicyKind::kStaticBudget) continue;
+    // A larger budget saves less.
+    EXPECT_LE(p.think_tokens_saved_pct.mean, previous) << p.setting.label;
+    previous = p.think_tokens_saved_pct.mean;
+  }
+  EXPECT_GT(r.points.front().think_tokens_saved_pct.mean, 30);  // 1,024 cuts a lot
+  for (const ParetoPoint& p : r.points) {
+    if (p.setting.policy == PolicyKind::kMeridian) {
+      EXPECT_GT(p.think_tokens_saved_pct.mean, 0) << p.setting.label;
+    }
+  }
+  const std::string md = pareto_markdown(r);
+  EXPECT_NE(md.find("proxy"), std::string::npos);
+}
+
+TEST(Workloads, PresetsHaveTheirLengths) {
+  const WorkloadParams think = workload_preset("long-think");
+  EXPECT_DOUBLE_EQ(think.think.median, 8000);
+  EXPECT_EQ(think.think.max, 32768U);
+  WorkloadParams p = think;
+  p.duration_s = 400;
+  const Workload w = generate_workload(p, 9);
+  std::vector<double> lengths;
+  for (const RequestSpec& r : w.requests) {
+    if (r.reasoning()) lengths.push_back(r.think_tokens);
+  }
+  ASSERT_GT(lengths.size(), 100U);
+  std::sort(lengths.begin(), lengths.end());
+  EXPECT_NEAR(lengths[lengths.size() / 2], 8000, 1200);
+  const Workload prompts = generate_workload(
+      [] {
+        WorkloadParams q = workload_preset("long-prompt");
+        q.duration_s = 400;
+        return q;
+      }(),
+      9);
+  std::vector<double> first_turns;
+  for (const RequestSpec& r : prompts.requests) {
+    if (r.turn == 0) first_turns.push_back(r.prompt_tokens);
+  }
+  std::sort(first_turns.begin(), first_turns.end());
+  EXPECT_NEAR(first_turns[first_turns.size() / 2], 8000, 1200);
+  EXPECT_THROW((void)workload_preset("chatty"), ConfigError);
+}
+
+TEST(ReplayParamsFile, KindPicksTheDefaultsAndSloIsChecked) {
+  const ReplayParams p = parse_replay_params("[workload]\nkind = \"long-think\"\narrival_rate = 0.3\n");
+  EXPECT_DOUBLE_EQ(p.workload.think.median, 8000);
+  EXPECT_DOUBLE_EQ(p.workload.arrival_rate, 0.3);
+  const ReplayParams q = parse_replay_params("[slo]\nttft_ms = 500\n", "x.toml", "long-prompt");
+  EXPECT_EQ(q.workload.kind, "long-prompt");
+  EXPECT_DOUBLE_EQ(q.workload.chat_prompt.median, 8000);
+  EXPECT_DOUBLE_EQ(q.slo.ttft_ms, 500);
+  // to_toml round-trips the kind and the SLO.
+  const ReplayParams back = parse_replay_params(to_toml(q));
+  EXPECT_EQ(back.workload.kind, "long-prompt");
+  EXPECT_DOUBLE_EQ(back.slo.ttft_ms, 500);
+  auto error_of = [](std::string_view text) {
+    try {
+      (void)parse_replay_params(text, "r.toml");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("[slo]\nattainment_pct = 0\n").find("slo.attainment_pct must be in (0, 100]"),
+            std::string::npos);
+  EXPECT_NE(error_of("[slo]\noutput_tpot_ms = -1\n").find("slo.output_tpot_ms must be > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of("[cost_model]\ngpu_memory_gb = 80\n").find("was renamed to cost_model.gpu_memory_gib"),
+            std::string::npos);
+  EXPECT_NE(error_of("[workload]\narrival_process = \"bursty\"\n").find("workload.arrival_process"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace meridian::sim
