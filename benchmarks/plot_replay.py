@@ -4,16 +4,23 @@
 Usage: plot_replay.py DIR [--out PLOTDIR]      (PLOTDIR defaults to DIR/plots)
 
 Reads DIR/ab-report.json (the policies that ran), DIR/<policy>/report.json
-(per-second series and latency CDFs of each policy) and, if present,
-DIR/load-sweep.json. Writes, one line printed per PNG:
+(per-second series and latency CDFs of each policy, first seed) and, if
+present, DIR/load-sweep.json, DIR/goodput.json and DIR/pareto.json. Writes,
+one line printed per PNG:
 
-  latency_cdf.png    CDFs of TTFT, TTOT, output ITL and E2E (log x)
+  latency_cdf.png    CDFs of TTFT, TTFV, output ITL and E2E (log x)
   itl_over_time.png  per-second output ITL p99 and max (log y)
   queue_depths.png   queue depths and KV usage over time, one panel per policy
-  load_sweep.png     p95/p99 latencies and throughput vs arrival rate
+  load_sweep.png     SLO attainment, p95/p99 latencies vs arrival rate
                      (only when load-sweep.json exists)
+  goodput.png        SLO attainment vs arrival rate (mean over seeds at the
+                     scan's rates) with each policy's goodput marked
+                     (only when goodput.json exists)
+  pareto.png         think tokens saved vs forced-before-answer, static
+                     budgets against Meridian's forcing settings
+                     (only when pareto.json exists)
 
-Exits with status 2 when DIR has neither ab-report.json nor load-sweep.json.
+Exits with status 2 when DIR has none of those reports.
 Needs matplotlib (and numpy, which matplotlib pulls in).
 """
 from __future__ import annotations
@@ -37,6 +44,7 @@ DPI = 110
 # One color per policy across every figure: meridian strong, baselines muted.
 POLICY_COLORS: dict[str, str] = {
     "vllm-fcfs": "#8c8c8c",
+    "vllm-fcfs-tuned": "#4d4d4d",
     "vllm-priority": "#9fb7cf",
     "static-budget": "#c9a77c",
     "meridian-no-forcing": "#b39ddb",
@@ -46,16 +54,16 @@ FALLBACK_COLORS = ["#7f9f7f", "#a0a0d0", "#d0a0a0", "#a0c0c0"]
 
 CDF_PANELS = [  # (cdf key, title)
     ("ttft_ms", "TTFT (ms)"),
-    ("ttot_ms", "TTOT (ms)"),
+    ("ttfv_ms", "TTFV: first visible token (ms)"),
     ("output_itl_ms", "Output ITL (ms)"),
     ("e2e_ms", "E2E latency (ms)"),
 ]
 QUEUE_SERIES = ["output_queue", "think_queue", "waiting", "swapped"]
 SWEEP_PANELS = [  # (metric key, title, log y)
-    ("ttot_p95_ms", "TTOT p95 (ms)", False),
+    ("slo_attainment_pct", "SLO attainment (%)", False),
     ("output_itl_p99_ms", "Output ITL p99 (ms)", True),
     ("ttft_p95_ms", "TTFT p95 (ms)", True),
-    ("throughput_tokens_per_s", "Throughput (tokens/s)", False),
+    ("ttfv_p95_ms", "TTFV p95 (ms)", True),
 ]
 
 Json = dict[str, Any]
@@ -195,8 +203,73 @@ def plot_load_sweep(sweep: Json, order: list[str], out_dir: pathlib.Path) -> Non
             ax.plot(xs, ys, marker="o", markersize=4, **line_style(policy, order))
         if log_y and ax.get_legend_handles_labels()[0]:
             ax.set_yscale("log")
-        finish_axes(ax, title, "arrival rate (req/s)", title.split(" (")[-1].rstrip(")"))
+        finish_axes(ax, title, "arrival rate (new conversations/s)", title.split(" (")[-1].rstrip(")"))
     save(fig, out_dir, "load_sweep.png")
+
+
+def plot_goodput(goodput: Json, order: list[str], out_dir: pathlib.Path) -> None:
+    """Attainment vs rate (mean over the seeds that ran each scan rate) and the goodput marks."""
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    search = goodput.get("search", {})
+    base = float(search.get("base_rate", 1.0))
+    grid = {round(base * f, 9) for f in search.get("grid_factors", [])}
+    target = float(goodput.get("attainment_target_pct", 90))
+    for policy, entry in goodput.get("policies", {}).items():
+        by_rate: dict[float, list[float]] = {}
+        for p in entry.get("points", []):
+            rate = round(float(p["rate"]), 9)
+            if rate in grid:
+                by_rate.setdefault(rate, []).append(float(p["attainment_pct"]))
+        if not by_rate:
+            continue
+        xs = sorted(by_rate)
+        ys = [sum(by_rate[x]) / len(by_rate[x]) for x in xs]
+        style = line_style(policy, order)
+        low, high = entry.get("ci95", [entry["goodput_rps"]] * 2)
+        style["label"] = f"{policy}: goodput {entry['goodput_rps']:.2f} [{low:.2f}, {high:.2f}]"
+        ax.plot(xs, ys, marker="o", markersize=4, **style)
+        ax.axvline(entry["goodput_rps"], color=style["color"], linestyle=":", linewidth=1.0)
+    ax.axhline(target, color="black", linestyle="--", linewidth=1.0)
+    ax.set_ylim(0, 101)
+    slo = goodput.get("slo", {})
+    finish_axes(ax, f"SLO attainment vs load (TTFT ≤ {slo.get('ttft_ms')} ms, output TPOT ≤ "
+                f"{slo.get('output_tpot_ms')} ms, think TPOT ≤ {slo.get('think_tpot_ms')} ms; "
+                f"target {target:g}%)", "arrival rate (new conversations/s)", "requests meeting the SLO (%)")
+    save(fig, out_dir, "goodput.png")
+
+
+def plot_pareto(pareto: Json, order: list[str], out_dir: pathlib.Path) -> None:
+    """Think tokens saved (x) against forced-before-answer (y): static curve and Meridian's points."""
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    static = [p for p in pareto.get("points", []) if p["policy"] == "static-budget"]
+    others = [p for p in pareto.get("points", []) if p["policy"] != "static-budget"]
+
+    def xy(p: Json) -> tuple[float, float]:
+        return p["think_tokens_saved_pct"]["mean"], p["forced_before_answer_pct"]["mean"]
+
+    if static:
+        pts = sorted(xy(p) for p in static)
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="s", markersize=4,
+                **{**line_style("static-budget", order), "label": "static thinking_token_budget"})
+        for p in static:
+            x, y = xy(p)
+            ax.annotate(str(p.get("thinking_token_budget", "")), (x, y), fontsize=7,
+                        textcoords="offset points", xytext=(4, -8))
+    for p in others:
+        x, y = xy(p)
+        style = line_style(p["policy"], order)
+        ax.scatter([x], [y], color=style["color"], s=40, zorder=4)
+        ax.errorbar([x], [y], xerr=[[x - p["think_tokens_saved_pct"]["ci95"][0]],
+                                    [p["think_tokens_saved_pct"]["ci95"][1] - x]],
+                    yerr=[[y - p["forced_before_answer_pct"]["ci95"][0]],
+                          [p["forced_before_answer_pct"]["ci95"][1] - y]],
+                    color=style["color"], linewidth=1.0, zorder=4)
+        ax.annotate(f"{p['policy']}: {p['setting']}", (x, y), fontsize=7, textcoords="offset points",
+                    xytext=(5, 4))
+    ax.set_yscale("symlog", linthresh=1.0)  # the interesting points sit at 0-5 %
+    finish_axes(ax, "Forcing: work saved vs answers cut short (forced-before-answer is a signal-model proxy)",
+                "think tokens saved vs natural length (%)", "forced before the answer (%, symlog)")
+    save(fig, out_dir, "pareto.png")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -212,14 +285,18 @@ def main(argv: list[str] | None = None) -> int:
     run_dir: pathlib.Path = args.dir
     ab_report = load_json(run_dir / "ab-report.json")
     sweep = load_json(run_dir / "load-sweep.json")
-    if ab_report is None and sweep is None:
-        print(f"plot_replay: ab-report.json and load-sweep.json missing in {run_dir}", file=sys.stderr)
+    goodput = load_json(run_dir / "goodput.json")
+    pareto = load_json(run_dir / "pareto.json")
+    if ab_report is None and sweep is None and goodput is None and pareto is None:
+        print(f"plot_replay: no ab-report.json, load-sweep.json, goodput.json or pareto.json in {run_dir}",
+              file=sys.stderr)
         return 2
     out_dir: pathlib.Path = args.out if args.out is not None else run_dir / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
 
     order = list((ab_report or {}).get("runs", {}))
     order += [p for p in (sweep or {}).get("runs", {}) if p not in order]
+    order += [p for p in (goodput or {}).get("policies", {}) if p not in order]
 
     if ab_report is not None:
         reports = load_reports(run_dir, list(ab_report.get("runs", {})))
@@ -231,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"plot_replay: warning: no <policy>/report.json in {run_dir}", file=sys.stderr)
     if sweep is not None:
         plot_load_sweep(sweep, order, out_dir)
+    if goodput is not None:
+        plot_goodput(goodput, order, out_dir)
+    if pareto is not None:
+        plot_pareto(pareto, order, out_dir)
     return 0
 
 

@@ -66,7 +66,7 @@ struct WorkloadParams {
   /// "poisson" (exponential gaps) or "uniform" (fixed gaps 1 / arrival_rate:
   /// a load whose capacity is known by construction, for tests).
   std::string arrival_process = "poisson";
-  double arrival_rate = 2.5;  ///< conversations per second; ~75% of vllm-fcfs goodput (docs/replay.md)
+  double arrival_rate = 1.6;  ///< conversations per second; ~75% of vllm-fcfs goodput (docs/replay.md)
   double duration_s = 600;    ///< arrivals of first turns stop after this
   double reasoning_ratio = 0.4;
   double mean_turns = 2.0;        ///< mixed: turns per conversation (1 + geometric)

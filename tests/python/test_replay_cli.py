@@ -9,9 +9,11 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONTRACT_POLICIES = ["meridian", "vllm-fcfs", "vllm-priority", "static-budget"]
+ALL_POLICIES = CONTRACT_POLICIES + ["meridian-no-forcing", "vllm-fcfs-tuned"]
 CONTRACT_METRICS = [
     "ttft_p95_ms", "ttot_p95_ms", "output_itl_p99_ms", "think_tpot_p99_ms", "think_tokens_avg",
     "throughput_tokens_per_s", "preemptions", "output_critical_eviction_events", "simulated_tokens", "sim_wall_s",
+    "ttfv_p95_ms", "slo_attainment_pct",
 ]
 
 
@@ -31,11 +33,21 @@ def report_dir(meridian_bin, tmp_path_factory):  # one replay per test: it takes
 
 def test_ab_report_has_the_contract_keys(report_dir):
     report = json.loads((report_dir / "ab-report.json").read_text())
-    for policy in CONTRACT_POLICIES + ["meridian-no-forcing"]:
+    assert report["context"]["seeds"] == [42, 43, 44, 45, 46]  # five seeds by default
+    for policy in ALL_POLICIES:
         for metric in CONTRACT_METRICS:
             value = report["runs"][policy][metric]
             assert isinstance(value, (int, float)), (policy, metric)
+            interval = report["intervals"][policy][metric]
+            assert len(interval["per_seed"]) == 5, (policy, metric)
+            low, high = interval["ci95"]
+            assert low <= value <= high, (policy, metric, interval)
+            # The reported value is the mean of the per-seed values.
+            assert value == pytest.approx(sum(interval["per_seed"]) / 5, rel=1e-9, abs=1e-9), (policy, metric)
         assert report["runs"][policy]["completed"] == report["runs"][policy]["requests"]
+        assert 0 <= report["runs"][policy]["slo_attainment_pct"] <= 100
+    delta = report["deltas"]["vllm-fcfs-tuned"]["meridian-no-forcing"]["output_itl_p99_ms"]
+    assert set(delta) >= {"delta_pct", "ci95", "per_seed", "flag", "crosses_zero"}
     flags = {d["flag"] for d in report["deltas"]["vllm-fcfs"]["meridian"].values()}
     assert flags <= {"WIN", "win", "FLAT", "loss", "LOSS"}
     assert {t["name"] for t in report["targets"]} >= {"ttot_p95_vs_vllm_fcfs", "output_itl_p99_vs_vllm_fcfs"}
@@ -60,10 +72,11 @@ def test_same_seed_same_report(meridian_bin, report_dir, tmp_path):
 def test_trace_replay_and_written_workload_round_trip(meridian_bin, report_dir, tmp_path):
     result = replay(meridian_bin, tmp_path, "--trace", report_dir / "workload.jsonl", "--policies", "vllm-fcfs")
     assert result.returncode == 0, result.stderr
-    original = json.loads((report_dir / "ab-report.json").read_text())["runs"]["vllm-fcfs"]
-    traced = json.loads((tmp_path / "ab-report.json").read_text())["runs"]["vllm-fcfs"]
-    assert traced["requests"] == original["requests"]
-    assert traced["output_tokens_total"] == original["output_tokens_total"]
+    # workload.jsonl is the first seed's workload; a trace is the same workload under every seed.
+    original = json.loads((report_dir / "ab-report.json").read_text())["intervals"]["vllm-fcfs"]
+    traced = json.loads((tmp_path / "ab-report.json").read_text())["intervals"]["vllm-fcfs"]
+    assert traced["requests"]["per_seed"] == [original["requests"]["per_seed"][0]] * 5
+    assert traced["output_tokens_total"]["per_seed"][0] == original["output_tokens_total"]["per_seed"][0]
 
 
 def test_bad_input_names_the_field(meridian_bin, tmp_path):
@@ -82,9 +95,57 @@ def test_bad_input_names_the_field(meridian_bin, tmp_path):
     assert 'unknown policy "vllm-fifo"' in result.stderr
 
 
+def test_goodput_and_pareto_reports_and_plots(meridian_bin, tmp_path):
+    pytest.importorskip("matplotlib")
+    result = replay(meridian_bin, tmp_path, "--goodput", "--pareto", "--seeds", "2",
+                    "--policies", "vllm-fcfs,vllm-fcfs-tuned,meridian-no-forcing,meridian")
+    assert result.returncode == 0, result.stderr
+    assert "# Goodput" in result.stdout and "# Forcing" in result.stdout
+    goodput = json.loads((tmp_path / "goodput.json").read_text())
+    assert goodput["slo"] == {"ttft_ms": 1000, "output_tpot_ms": 20, "think_tpot_ms": 80}
+    assert goodput["attainment_target_pct"] == 90
+    assert goodput["seeds"] == [42, 43]
+    for policy in ["vllm-fcfs", "vllm-fcfs-tuned", "meridian-no-forcing", "meridian"]:
+        entry = goodput["policies"][policy]
+        assert entry["goodput_rps"] > 0, policy
+        assert len(entry["per_seed"]) == 2
+        assert entry["goodput_rps"] == pytest.approx(sum(entry["per_seed"]) / 2)
+        # Every probed point of a seed at or below its goodput that the scan reached met the target.
+        for seed, value in zip(goodput["seeds"], entry["per_seed"]):
+            met = [p for p in entry["points"] if p["seed"] == seed and p["rate"] == value]
+            assert met and met[0]["attainment_pct"] >= 90, (policy, seed)
+    assert set(goodput["ratios"]["meridian-no-forcing"]) == {"vllm-fcfs", "vllm-fcfs-tuned"}
+    pareto = json.loads((tmp_path / "pareto.json").read_text())
+    budgets = [p["thinking_token_budget"] for p in pareto["points"] if p["policy"] == "static-budget"]
+    assert min(budgets) <= 1024 and max(budgets) >= 8192
+    assert any(p["policy"] == "meridian" for p in pareto["points"])
+    assert "proxy" in pareto["forced_before_answer_is"]
+    plots = subprocess.run([sys.executable, str(REPO / "benchmarks" / "plot_replay.py"), str(tmp_path)],
+                           capture_output=True, text=True, timeout=120)
+    assert plots.returncode == 0, plots.stderr
+    for name in ["goodput.png", "pareto.png"]:
+        assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+def test_workload_kinds(meridian_bin, tmp_path):
+    for kind in ["long-think", "long-prompt", "seeds-mix"]:
+        result = replay(meridian_bin, tmp_path / kind, "--workload", kind, "--seeds", "1",
+                        "--policies", "vllm-fcfs")
+        assert result.returncode == 0, (kind, result.stderr)
+        report = json.loads((tmp_path / kind / "ab-report.json").read_text())
+        assert report["context"]["workload"] == kind
+    result = replay(meridian_bin, tmp_path, "--workload", "chatty")
+    assert result.returncode == 1
+    assert "workload.kind must be one of mixed, seeds-mix, long-think, long-prompt" in result.stderr
+    result = replay(meridian_bin, tmp_path, "--goodput", "--trace", REPO / "benchmarks" / "traces" / "example.jsonl")
+    assert result.returncode == 1
+    assert "cannot be used with --trace" in result.stderr
+
+
 def test_load_sweep_and_plots(meridian_bin, report_dir, tmp_path):
     pytest.importorskip("matplotlib")
-    result = replay(meridian_bin, report_dir, "--load-sweep", "1,2", "--policies", "vllm-fcfs,meridian")
+    result = replay(meridian_bin, report_dir, "--load-sweep", "1,2", "--policies", "vllm-fcfs,meridian",
+                    "--seeds", "2")
     assert result.returncode == 0, result.stderr
     sweep = json.loads((report_dir / "load-sweep.json").read_text())
     assert sweep["rates"] == [1, 2]
