@@ -280,6 +280,7 @@ TEST(Workloads, PresetsHaveTheirLengths) {
   EXPECT_DOUBLE_EQ(think.think.median, 8000);
   EXPECT_EQ(think.think.max, 32768U);
   WorkloadParams p = think;
+  p.arrival_rate = 1.0;
   p.duration_s = 400;
   const Workload w = generate_workload(p, 9);
   std::vector<double> lengths;
