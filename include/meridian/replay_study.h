@@ -62,7 +62,9 @@ struct PolicyRuns {
 
 /// A metric of one policy over its seeds.
 [[nodiscard]] SeedStat metric_stat(const PolicyRuns& runs, std::string_view metric);
-/// Paired per-seed delta_pct(candidate, baseline) of a metric.
+/// Paired per-seed delta_pct(candidate, baseline) of a metric. A seed whose
+/// baseline is 0 and candidate is not contributes +/-inf, so the mean is not
+/// finite: the relative change is undefined, not zero.
 [[nodiscard]] SeedStat delta_stat(const PolicyRuns& candidate, const PolicyRuns& baseline,
                                   std::string_view metric);
 
@@ -70,8 +72,9 @@ struct PolicyRuns {
 
 struct GoodputOptions {
   /// Rates scanned first, as multiples of params.workload.arrival_rate; the
-  /// scan stops at the first rate below the target, then bisection narrows
-  /// the bracket to rel_tolerance.
+  /// scan stops at the first rate below the target (if the whole grid meets
+  /// it, the rate keeps doubling, up to 5 times), then bisection narrows the
+  /// bracket to rel_tolerance.
   std::vector<double> grid = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0};
   double rel_tolerance = 0.02;
   /// Grid points are also run past the first failure until attainment drops
@@ -92,7 +95,7 @@ struct AttainmentPoint {
 struct PolicyGoodput {
   PolicyKind policy = PolicyKind::kMeridian;
   SeedStat goodput_rps;  ///< per seed: highest rate found with attainment >= target
-  /// Per seed: whether even the highest grid rate met the target (the value is then a lower bound).
+  /// Per seed: whether even the highest rate tried met the target (the value is then a lower bound).
   std::vector<bool> at_least;
   std::vector<std::vector<AttainmentPoint>> points;  ///< per seed, in the order run
 };

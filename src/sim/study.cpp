@@ -153,8 +153,9 @@ SeedStat delta_stat(const PolicyRuns& candidate, const PolicyRuns& baseline, std
   std::vector<double> v;
   const std::size_t n = std::min(candidate.seeds.size(), baseline.seeds.size());
   for (std::size_t s = 0; s < n; ++s) {
-    const double d = delta_pct(candidate.seeds[s].metric(metric), baseline.seeds[s].metric(metric));
-    if (std::isfinite(d)) v.push_back(d);
+    // A baseline of 0 makes the seed's delta infinite; it stays in, so the
+    // mean says "undefined" instead of quietly averaging the other seeds.
+    v.push_back(delta_pct(candidate.seeds[s].metric(metric), baseline.seeds[s].metric(metric)));
   }
   return seed_stat(std::move(v));
 }
@@ -176,6 +177,14 @@ double search_goodput(const std::function<AttainmentPoint(double, bool)>& attain
       hi = rate;
     }
     if (p.attainment_pct < search.plot_floor_pct) break;
+  }
+  // Never failed on the grid: keep doubling (a few times) to bracket the knee.
+  constexpr int kMaxDoublings = 5;
+  for (int i = 0; i < kMaxDoublings && !std::isfinite(hi) && !points.empty(); ++i) {
+    const double rate = 2 * points.back().rate;
+    const AttainmentPoint p = attainment(rate, true);
+    points.push_back(p);
+    (p.attainment_pct >= target_pct ? lo : hi) = rate;
   }
   if (at_least != nullptr) *at_least = !std::isfinite(hi);
   if (!std::isfinite(hi)) return lo;
@@ -335,8 +344,9 @@ ParetoResult run_pareto(const std::vector<ParetoSetting>& settings, const StudyO
     const ParetoSetting& setting = settings[i / seeds];
     const std::size_t s = i % seeds;
     ReplayParams params = o.params;
-    if (setting.policy == PolicyKind::kStaticBudget)
+    if (setting.policy == PolicyKind::kStaticBudget) {
       params.engine.thinking_token_budget = setting.thinking_budget;
+    }
     ReplayOptions ro = replay_options(o, setting.policy, params, o.seeds[s]);
     if (setting.policy == PolicyKind::kMeridian) ro.config.entropy = setting.entropy;
     results[i / seeds][s] = run_replay(workloads[s], ro);

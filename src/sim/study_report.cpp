@@ -16,13 +16,15 @@ namespace {
 
 using detail::finite;
 using detail::fmt_value;
-using nlohmann::json;
 using nlohmann::ordered_json;
+
+// JSON has no inf/NaN: a value that is not finite (a relative change from 0) is null.
+ordered_json number(double v) { return std::isfinite(v) ? ordered_json(v) : ordered_json(nullptr); }
 
 ordered_json stat_json(const SeedStat& s) {
   ordered_json per = ordered_json::array();
-  for (double v : s.per_seed) per.push_back(finite(v));
-  return {{"mean", finite(s.mean)}, {"ci95", {finite(s.ci_low), finite(s.ci_high)}}, {"per_seed", per}};
+  for (double v : s.per_seed) per.push_back(number(v));
+  return {{"mean", number(s.mean)}, {"ci95", {number(s.ci_low), number(s.ci_high)}}, {"per_seed", per}};
 }
 
 const PolicyRuns* find_runs(const std::vector<PolicyRuns>& runs, PolicyKind p) {
@@ -56,6 +58,12 @@ std::string cell(const SeedStat& s) {
 
 std::string delta_cell(const SeedStat& d, Better better) {
   if (d.per_seed.empty()) return "n/a";
+  if (!std::isfinite(d.mean)) {
+    const auto zero =
+        std::count_if(d.per_seed.begin(), d.per_seed.end(), [](double v) { return !std::isfinite(v); });
+    return fmt::format("n/a: baseline 0 in {} of {} seeds {}", zero, d.per_seed.size(),
+                       delta_flag(d.mean, better));
+  }
   std::string out = fmt::format("{:+.1f}%", d.mean);
   if (d.per_seed.size() > 1) out += fmt::format(" ±{:.1f}", 0.5 * (d.ci_high - d.ci_low));
   out += fmt::format(" {}", delta_flag(d.mean, better));
@@ -137,6 +145,10 @@ std::string slo_text(const SloParams& slo) {
 
 std::string target_row(const TargetCheck& t) {
   if (!t.available) return fmt::format("| {} | {} | (runs missing) | - |\n", t.name, t.goal);
+  if (!std::isfinite(t.value.mean)) {
+    return fmt::format("| {} | {} | n/a: the baseline is 0 on some seed | {} |\n", t.name, t.goal,
+                       t.met ? "yes" : "**no**");
+  }
   const std::string unit = t.percent ? "%" : "";
   std::string measured = t.percent ? fmt::format("{:+.1f}%", t.value.mean) : fmt_value(t.value.mean);
   if (t.value.per_seed.size() > 1) {
@@ -253,7 +265,7 @@ std::string ab_report_json(const std::vector<PolicyRuns>& runs, const ReportCont
         if (info.better == Better::kNeither) continue;
         const SeedStat d = delta_stat(cand, base, info.name);
         ordered_json entry = stat_json(d);
-        entry["delta_pct"] = d.per_seed.empty() ? json(nullptr) : json(finite(d.mean));
+        entry["delta_pct"] = d.per_seed.empty() ? ordered_json(nullptr) : number(d.mean);
         entry["flag"] = delta_flag(d.mean, info.better);
         entry["crosses_zero"] = d.per_seed.size() > 1 && d.crosses_zero();
         m[std::string(info.name)] = entry;
@@ -268,8 +280,8 @@ std::string ab_report_json(const std::vector<PolicyRuns>& runs, const ReportCont
     targets.push_back(
         {{"name", t.name},
          {"goal", t.goal},
-         {"value", t.available ? json(finite(t.value.mean)) : json(nullptr)},
-         {"ci95", t.available ? json({finite(t.value.ci_low), finite(t.value.ci_high)}) : json(nullptr)},
+         {"value", t.available ? number(t.value.mean) : ordered_json(nullptr)},
+         {"ci95", t.available ? ordered_json({number(t.value.ci_low), number(t.value.ci_high)}) : ordered_json(nullptr)},
          {"met", t.met},
          {"available", t.available}});
   }
@@ -364,8 +376,8 @@ std::string goodput_json(const GoodputResult& g, const ReportContext& context) {
     targets.push_back(
         {{"name", t.name},
          {"goal", t.goal},
-         {"value", t.available ? json(finite(t.value.mean)) : json(nullptr)},
-         {"ci95", t.available ? json({finite(t.value.ci_low), finite(t.value.ci_high)}) : json(nullptr)},
+         {"value", t.available ? number(t.value.mean) : ordered_json(nullptr)},
+         {"ci95", t.available ? ordered_json({number(t.value.ci_low), number(t.value.ci_high)}) : ordered_json(nullptr)},
          {"met", t.met},
          {"available", t.available}});
   }
@@ -410,7 +422,7 @@ std::string goodput_markdown(const GoodputResult& g) {
   }
   out += "\n| target | goal | measured [95% interval] | met |\n|---|---|---:|---|\n";
   for (const TargetCheck& t : check_goodput_targets(g)) out += target_row(t);
-  out += "\n≥: even the highest grid rate met the target; the value is a lower bound.\n";
+  out += "\n≥: even the highest rate tried met the target; the value is a lower bound.\n";
   return out;
 }
 
@@ -435,8 +447,8 @@ std::string pareto_json(const ParetoResult& r, const ReportContext& context) {
                       {"eat_ema_variance_threshold", p.setting.entropy.eat_ema_variance_threshold},
                       {"eat_probe_interval_tokens", p.setting.entropy.eat_probe_interval_tokens}};
       const auto curve = r.static_curve_at(p.think_tokens_saved_pct.mean);
-      e["static_curve_forced_before_answer_pct"] = curve ? json(*curve) : json(nullptr);
-      e["on_or_above_static_curve"] = curve ? json(p.forced_before_answer_pct.mean <= *curve) : json(nullptr);
+      e["static_curve_forced_before_answer_pct"] = curve ? ordered_json(*curve) : ordered_json(nullptr);
+      e["on_or_above_static_curve"] = curve ? ordered_json(p.forced_before_answer_pct.mean <= *curve) : ordered_json(nullptr);
     }
     e["think_tokens_saved_pct"] = stat_json(p.think_tokens_saved_pct);
     e["forced_before_answer_pct"] = stat_json(p.forced_before_answer_pct);

@@ -110,7 +110,20 @@ TEST(GoodputSearch, BisectsAStepFunctionToTheTolerance) {
     EXPECT_GE(g, capacity * (1 - search.rel_tolerance) - 1e-12) << capacity;
     EXPECT_FALSE(points.empty());
   }
-  // Never failing: the top of the grid, flagged as a lower bound.
+  // Past the grid: doubling brackets the knee, then bisection as before.
+  {
+    std::vector<AttainmentPoint> points;
+    bool at_least = true;
+    const double g = search_goodput(
+        [](double rate, bool) {
+          return AttainmentPoint{rate, rate <= 21.0 ? 95.0 : 40.0, 0, 0, false};
+        },
+        2.0, 90, search, points, &at_least);
+    EXPECT_FALSE(at_least);
+    EXPECT_LE(g, 21.0);
+    EXPECT_GE(g, 21.0 * (1 - search.rel_tolerance) - 1e-12);
+  }
+  // Never failing: the highest rate tried (the grid's top doubled 5 times), flagged as a lower bound.
   std::vector<AttainmentPoint> points;
   bool at_least = false;
   const double g = search_goodput(
@@ -119,7 +132,7 @@ TEST(GoodputSearch, BisectsAStepFunctionToTheTolerance) {
       },
       2.0, 90, search, points, &at_least);
   EXPECT_TRUE(at_least);
-  EXPECT_DOUBLE_EQ(g, 2.0 * search.grid.back());
+  EXPECT_DOUBLE_EQ(g, 2.0 * search.grid.back() * 32);
 }
 
 TEST(GoodputSearch, FindsTheCapacityOfALoadKnownByConstruction) {
@@ -334,6 +347,33 @@ TEST(ReplayParamsFile, KindPicksTheDefaultsAndSloIsChecked) {
             std::string::npos);
   EXPECT_NE(error_of("[workload]\narrival_process = \"bursty\"\n").find("workload.arrival_process"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace meridian::sim
+
+namespace meridian::sim {
+namespace {
+
+TEST(SeedStats, ADeltaFromZeroIsUndefinedNotZero) {
+  auto runs = [](PolicyKind p, std::vector<double> values) {
+    PolicyRuns r{p, {}};
+    for (double v : values) {
+      ReplayResult res;
+      res.metrics = {{"preemptions", v}};
+      r.seeds.push_back(res);
+    }
+    return r;
+  };
+  const PolicyRuns base = runs(PolicyKind::kVllmFcfs, {0, 0, 10});
+  const PolicyRuns cand = runs(PolicyKind::kMeridianNoForcing, {0, 300, 20});
+  const SeedStat d = delta_stat(cand, base, "preemptions");
+  ASSERT_EQ(d.per_seed.size(), 3U);
+  EXPECT_EQ(d.per_seed[0], 0);
+  EXPECT_TRUE(std::isinf(d.per_seed[1]));
+  EXPECT_EQ(d.per_seed[2], 100);
+  EXPECT_FALSE(std::isfinite(d.mean));
+  EXPECT_EQ(delta_flag(d.mean, Better::kLower), "LOSS");
 }
 
 }  // namespace
