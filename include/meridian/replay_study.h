@@ -90,6 +90,7 @@ struct AttainmentPoint {
   double chat_pct = 0;
   double reasoning_pct = 0;
   bool stopped_early = false;  ///< attainment is an upper bound decided before the run ended
+  bool scan = false;           ///< a grid (or doubling) point, common to all seeds; else a bisection point
 };
 
 struct PolicyGoodput {

@@ -169,7 +169,8 @@ double search_goodput(const std::function<AttainmentPoint(double, bool)>& attain
   double hi = std::numeric_limits<double>::infinity();  // lowest rate that did not
   for (double factor : search.grid) {
     const double rate = base_rate * factor;
-    const AttainmentPoint p = attainment(rate, true);
+    AttainmentPoint p = attainment(rate, true);
+    p.scan = true;
     points.push_back(p);
     if (p.attainment_pct >= target_pct) {
       if (!std::isfinite(hi)) lo = rate;
@@ -182,7 +183,8 @@ double search_goodput(const std::function<AttainmentPoint(double, bool)>& attain
   constexpr int kMaxDoublings = 5;
   for (int i = 0; i < kMaxDoublings && !std::isfinite(hi) && !points.empty(); ++i) {
     const double rate = 2 * points.back().rate;
-    const AttainmentPoint p = attainment(rate, true);
+    AttainmentPoint p = attainment(rate, true);
+    p.scan = true;
     points.push_back(p);
     (p.attainment_pct >= target_pct ? lo : hi) = rate;
   }

@@ -27,6 +27,20 @@ ordered_json stat_json(const SeedStat& s) {
   return {{"mean", number(s.mean)}, {"ci95", {number(s.ci_low), number(s.ci_high)}}, {"per_seed", per}};
 }
 
+ordered_json targets_json(const std::vector<TargetCheck>& checks) {
+  ordered_json targets = ordered_json::array();
+  for (const TargetCheck& t : checks) {
+    targets.push_back({{"name", t.name},
+                       {"goal", t.goal},
+                       {"value", t.available ? number(t.value.mean) : ordered_json(nullptr)},
+                       {"ci95", t.available ? ordered_json({number(t.value.ci_low), number(t.value.ci_high)})
+                                            : ordered_json(nullptr)},
+                       {"met", t.met},
+                       {"available", t.available}});
+  }
+  return targets;
+}
+
 const PolicyRuns* find_runs(const std::vector<PolicyRuns>& runs, PolicyKind p) {
   for (const PolicyRuns& r : runs) {
     if (r.policy == p) return &r;
@@ -100,8 +114,9 @@ std::string table(const std::vector<PolicyRuns>& runs, const std::vector<std::st
   std::vector<DeltaColumn> columns;
   for (PolicyKind cand : {PolicyKind::kMeridian, PolicyKind::kMeridianNoForcing}) {
     for (PolicyKind base : {PolicyKind::kVllmFcfs, PolicyKind::kVllmFcfsTuned}) {
-      if (find_runs(runs, cand) != nullptr && find_runs(runs, base) != nullptr)
+      if (find_runs(runs, cand) != nullptr && find_runs(runs, base) != nullptr) {
         columns.push_back({cand, base});
+      }
     }
   }
   std::string out = "| metric |";
@@ -275,17 +290,7 @@ std::string ab_report_json(const std::vector<PolicyRuns>& runs, const ReportCont
     deltas[std::string(to_string(base.policy))] = per;
   }
   j["deltas"] = deltas;
-  ordered_json targets = ordered_json::array();
-  for (const TargetCheck& t : check_targets(runs)) {
-    targets.push_back(
-        {{"name", t.name},
-         {"goal", t.goal},
-         {"value", t.available ? number(t.value.mean) : ordered_json(nullptr)},
-         {"ci95", t.available ? ordered_json({number(t.value.ci_low), number(t.value.ci_high)}) : ordered_json(nullptr)},
-         {"met", t.met},
-         {"available", t.available}});
-  }
-  j["targets"] = targets;
+  j["targets"] = targets_json(check_targets(runs));
   return j.dump(1) + "\n";
 }
 
@@ -354,7 +359,8 @@ std::string goodput_json(const GoodputResult& g, const ReportContext& context) {
                           {"attainment_pct", a.attainment_pct},
                           {"chat_pct", a.chat_pct},
                           {"reasoning_pct", a.reasoning_pct},
-                          {"stopped_early", a.stopped_early}});
+                          {"stopped_early", a.stopped_early},
+                          {"scan", a.scan}});
       }
     }
     e["points"] = points;
@@ -371,17 +377,7 @@ std::string goodput_json(const GoodputResult& g, const ReportContext& context) {
     if (!per.empty()) ratios[std::string(to_string(cand))] = per;
   }
   j["ratios"] = ratios;
-  ordered_json targets = ordered_json::array();
-  for (const TargetCheck& t : check_goodput_targets(g)) {
-    targets.push_back(
-        {{"name", t.name},
-         {"goal", t.goal},
-         {"value", t.available ? number(t.value.mean) : ordered_json(nullptr)},
-         {"ci95", t.available ? ordered_json({number(t.value.ci_low), number(t.value.ci_high)}) : ordered_json(nullptr)},
-         {"met", t.met},
-         {"available", t.available}});
-  }
-  j["targets"] = targets;
+  j["targets"] = targets_json(check_goodput_targets(g));
   return j.dump(1) + "\n";
 }
 
@@ -448,7 +444,8 @@ std::string pareto_json(const ParetoResult& r, const ReportContext& context) {
                       {"eat_probe_interval_tokens", p.setting.entropy.eat_probe_interval_tokens}};
       const auto curve = r.static_curve_at(p.think_tokens_saved_pct.mean);
       e["static_curve_forced_before_answer_pct"] = curve ? ordered_json(*curve) : ordered_json(nullptr);
-      e["on_or_above_static_curve"] = curve ? ordered_json(p.forced_before_answer_pct.mean <= *curve) : ordered_json(nullptr);
+      e["on_or_above_static_curve"] =
+          curve ? ordered_json(p.forced_before_answer_pct.mean <= *curve) : ordered_json(nullptr);
     }
     e["think_tokens_saved_pct"] = stat_json(p.think_tokens_saved_pct);
     e["forced_before_answer_pct"] = stat_json(p.forced_before_answer_pct);
@@ -474,8 +471,8 @@ std::string pareto_markdown(const ParetoResult& r) {
       "at "
       "the same saving | on/above the curve |\n|---|---|---:|---:|---:|---:|---|\n";
   for (const ParetoPoint& p : r.points) {
-    std::string curve = "";
-    std::string verdict = "";
+    std::string curve;
+    std::string verdict;
     if (p.setting.policy != PolicyKind::kStaticBudget) {
       const auto c = r.static_curve_at(p.think_tokens_saved_pct.mean);
       curve = c ? fmt::format("{:.2f}", *c) : "outside";

@@ -110,6 +110,10 @@ def test_goodput_and_pareto_reports_and_plots(meridian_bin, tmp_path):
         assert entry["goodput_rps"] > 0, policy
         assert len(entry["per_seed"]) == 2
         assert entry["goodput_rps"] == pytest.approx(sum(entry["per_seed"]) / 2)
+        # The scan's rates are shared by the seeds (the plot averages them); bisection points are per seed.
+        scans = {seed: {p["rate"] for p in entry["points"] if p["scan"] and p["seed"] == seed}
+                 for seed in goodput["seeds"]}
+        assert scans[42] and (scans[42] <= scans[43] or scans[43] <= scans[42]), policy
         # Every probed point of a seed at or below its goodput that the scan reached met the target.
         for seed, value in zip(goodput["seeds"], entry["per_seed"]):
             met = [p for p in entry["points"] if p["seed"] == seed and p["rate"] == value]
