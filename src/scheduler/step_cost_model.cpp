@@ -61,6 +61,12 @@ bool StepCostModel::observe(std::uint64_t tokens, std::uint64_t kv_tokens, doubl
   for (std::size_t i = 0; i < 3; ++i) {
     for (std::size_t j = 0; j < 3; ++j) p_[i][j] = (p_[i][j] - k[i] * px[j]) / lambda_;
   }
+  // Rounding makes the update drift from symmetric; an asymmetric P soon stops
+  // being positive definite and the estimate diverges (seen in the replay:
+  // predictions of 10^6 ms after a few thousand decode steps). Keep it symmetric.
+  for (std::size_t i = 0; i < 3; ++i) {
+    for (std::size_t j = i + 1; j < 3; ++j) p_[i][j] = p_[j][i] = 0.5 * (p_[i][j] + p_[j][i]);
+  }
   for (std::size_t i = 0; i < 3; ++i) {
     if (p_[i][i] > kMaxVariance[i]) {
       const double scale = kMaxVariance[i] / p_[i][i];
