@@ -212,7 +212,6 @@ void bind_block_manager(nb::module_& m) {
   nb::enum_<AllocStatus>(m, "AllocStatus")
       .value("OK", AllocStatus::kOk)
       .value("OUT_OF_BLOCKS", AllocStatus::kOutOfBlocks)
-      .value("THINK_LIMIT", AllocStatus::kThinkLimit)
       .value("INVALID_TIER", AllocStatus::kInvalidTier);
   nb::enum_<ReleaseKind>(m, "ReleaseKind")
       .value("FINISHED", ReleaseKind::kFinished)

@@ -51,7 +51,6 @@ struct ReclaimedBlock {
 enum class AllocStatus : std::uint8_t {
   kOk = 0,
   kOutOfBlocks = 1,  ///< not enough free + reclaimable blocks; nothing changed
-  kThinkLimit = 2,   ///< think_phase_memory_fraction would be exceeded; nothing changed
   kInvalidTier = 3,  ///< allocations are ThinkActive or OutputCritical only
 };
 
@@ -75,9 +74,12 @@ enum class ReleaseKind : std::uint8_t {
 struct KvBlockManagerOptions {
   std::uint32_t num_blocks = 0;  ///< > 0
   std::uint64_t block_size_bytes = 16384;
-  double think_phase_memory_fraction = 0.40;  ///< (0, 1): cap on ThinkActive blocks
-  bool aggressive_think_eviction = false;     ///< drop ThinkComplete blocks at </think>
-  bool fabric_offload = false;                ///< live ThinkComplete blocks may be offloaded
+  /// (0, 1): soft share of ThinkActive blocks. Not enforced here (think KV may
+  /// use the whole pool); the scheduler holds back new reasoning admissions
+  /// while the pool is short and think KV is over it (ADR-0015).
+  double think_phase_memory_fraction = 0.40;
+  bool aggressive_think_eviction = false;  ///< drop ThinkComplete blocks at </think>
+  bool fabric_offload = false;             ///< live ThinkComplete blocks may be offloaded
 
   /// From [kv_memory] and [disagg]; capacity_bytes is the resolved KV budget.
   static KvBlockManagerOptions from_config(const MeridianConfig& config, std::uint64_t capacity_bytes);
@@ -108,7 +110,7 @@ struct KvBlockUsage {
   std::uint32_t free_blocks = 0;
   std::uint32_t live_blocks[kBlockTierCount] = {};    ///< held by at least one request
   std::uint32_t cached_blocks[kBlockTierCount] = {};  ///< held by nobody, kept for prefix hits
-  std::uint32_t think_block_limit = 0;                ///< cap on live ThinkActive blocks
+  std::uint32_t think_block_limit = 0;                ///< soft share of live ThinkActive blocks
   std::uint64_t block_size_bytes = 0;
 
   /// Blocks an allocation could obtain right now without preempting anyone
@@ -119,7 +121,7 @@ struct KvBlockUsage {
   [[nodiscard]] std::uint64_t used_bytes() const noexcept {
     return std::uint64_t{used_blocks()} * block_size_bytes;
   }
-  /// ThinkActive blocks that may still be allocated under the fraction cap.
+  /// ThinkActive blocks below the soft share (0 when think KV is over it).
   [[nodiscard]] std::uint32_t think_headroom() const noexcept {
     const std::uint32_t live = live_blocks[static_cast<std::size_t>(BlockTier::kThinkActive)];
     return live >= think_block_limit ? 0 : think_block_limit - live;
@@ -185,8 +187,8 @@ class KvBlockManager {
   std::unique_ptr<Impl> impl_;
 };
 
-/// ThinkActive blocks allowed by think_phase_memory_fraction out of `total_blocks`
-/// (rounded down). The block manager enforces it; the scheduler plans with it.
+/// The soft share of ThinkActive blocks: think_phase_memory_fraction of
+/// `total_blocks`, rounded down. Only the scheduler's admission reads it.
 [[nodiscard]] std::uint64_t think_block_limit(double think_phase_memory_fraction,
                                               std::uint64_t total_blocks) noexcept;
 

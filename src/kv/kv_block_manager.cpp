@@ -157,12 +157,6 @@ AllocResult KvBlockManager::allocate(RequestId request, BlockTier tier, std::uin
     result.status = AllocStatus::kInvalidTier;
     return result;
   }
-  if (tier == BlockTier::kThinkActive &&
-      std::uint64_t{m.lists.size(live_list(BlockTier::kThinkActive))} + count > m.think_limit) {
-    result.status = AllocStatus::kThinkLimit;
-    ++m.counters.failed_allocations;
-    return result;
-  }
   if (count > m.allocatable()) {
     result.status = AllocStatus::kOutOfBlocks;
     ++m.counters.failed_allocations;
@@ -193,14 +187,12 @@ AllocResult KvBlockManager::allocate(RequestId request, BlockTier tier, std::uin
 std::uint32_t KvBlockManager::match_prefix(std::span<const std::uint64_t> hashes) const {
   const Impl& m = *impl_;
   std::uint32_t matched = 0;
-  std::uint64_t think = m.lists.size(live_list(BlockTier::kThinkActive));
   for (std::uint64_t h : hashes) {
     auto it = m.by_hash.find(h);
     if (it == m.by_hash.end()) break;
     const Impl::Block& blk = m.blocks[it->second];
     // Reasoning of finished turns is never part of a later prompt; never share it.
     if (blk.tier == BlockTier::kThinkComplete) break;
-    if (blk.tier == BlockTier::kThinkActive && blk.refs == 0 && ++think > m.think_limit) break;
     ++matched;
   }
   return matched;
@@ -376,10 +368,6 @@ std::string KvBlockManager::check_invariants() const {
       return fmt::format("hash index points at block {} wrongly", b);
     }
   }
-  if (seen[live_list(BlockTier::kThinkActive)] > m.think_limit) {
-    return fmt::format("{} live ThinkActive blocks exceed the cap {}",
-                       seen[live_list(BlockTier::kThinkActive)], m.think_limit);
-  }
   return {};
 }
 
@@ -396,7 +384,6 @@ std::string_view to_string(AllocStatus status) noexcept {
   switch (status) {
     case AllocStatus::kOk: return "ok";
     case AllocStatus::kOutOfBlocks: return "out_of_blocks";
-    case AllocStatus::kThinkLimit: return "think_limit";
     case AllocStatus::kInvalidTier: return "invalid_tier";
   }
   return "unknown";

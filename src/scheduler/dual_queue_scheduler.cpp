@@ -1,16 +1,21 @@
 // The dual-queue step algorithm (ADR-0007) and phase-aware preemption
-// (ADR-0008). One pass per step over the queues it needs:
+// (ADR-0008, ADR-0015). One pass per step over the queues it needs:
 //   1. answer-phase decode (mandatory; may preempt think, then answer victims)
 //   2. swap-ins of preempted answer-phase requests
 //   3. think decode that is due under the think TPOT guarantee (mandatory)
 //   4. more think decode, oldest-last-token first, up to the think cap and,
 //      while answers stream, the output TPOT ceiling (leaving the prefill floor)
-//   5. prefill of recompute victims, then new arrivals (FCFS, chunked), within
-//      the step ceiling but never less than min_prefill_tokens_per_step.
+//   5. prefill in lanes, each FCFS and none blocking another: chat arrivals,
+//      reasoning arrivals, then recompute victims (which keep a share of the
+//      budget), within the step ceiling but never less than
+//      min_prefill_tokens_per_step.
+// Think KV has no wall: think_phase_memory_fraction is a soft share that only
+// holds back new reasoning admissions while the pool is short (ADR-0015).
 #include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -65,6 +70,10 @@ constexpr double kNsToMs = 1e-6;
 constexpr double kStepEwmaAlpha = 0.25;
 // The next step may carry up to this fraction more due work than this one.
 constexpr double kNextStepMargin = 0.5;
+// Admission watermark: each running think request is expected to grow by this
+// many tokens soon; new reasoning is held back when the pool cannot cover it
+// (and think KV is over its soft share).
+constexpr std::uint32_t kGrowthHorizonTokens = 128;
 
 }  // namespace
 
@@ -90,7 +99,10 @@ struct DualQueueScheduler::Impl {
 
   // Per-step budget, reset by schedule().
   std::uint64_t free_blocks = 0;
-  std::uint64_t free_think = 0;
+  std::uint64_t free_think = 0;        // no wall: stays unlimited (kept for the block arithmetic)
+  std::uint64_t think_share_left = 0;  // ThinkActive blocks below the soft share
+  std::uint64_t growth_reserve = 0;    // blocks running think requests will need soon (admission watermark)
+  std::vector<std::uint32_t> think_victims;  // preemption scratch: think candidates
   std::uint32_t tokens_left = 0;
   std::uint32_t seqs_left = 0;
   std::uint32_t victims_left = 0;
@@ -156,10 +168,13 @@ struct DualQueueScheduler::Impl {
   // Anti-livelock: within a tier only younger requests are victims, so the
   // oldest request of a tier can always make progress. Answer-phase
   // requesters may take think-phase victims of any age.
+  // The re-admission guard protects a victim from requesters of its own phase
+  // only: an answer-phase request never waits while a think victim exists.
   [[nodiscard]] bool candidate(std::uint32_t s, std::uint32_t requester) const {
     const Slot& r = table.at(s);
-    if (in_batch(r) || step < r.guard_until_step || r.computed == 0 || s == requester) return false;
+    if (in_batch(r) || r.computed == 0 || s == requester) return false;
     const bool same_tier = r.phase == table.at(requester).phase;
+    if (same_tier && step < r.guard_until_step) return false;
     return !same_tier || table.older(requester, s);
   }
 
@@ -192,7 +207,23 @@ struct DualQueueScheduler::Impl {
     };
     scan(Queue::kResumeQueue, true);
     scan(Queue::kWaitQueue, true);
-    scan(Queue::kThinkQueue, false);
+    // Running think requests: least progress lost first (the shortest
+    // context, then the newest), as vLLM takes its newest request.
+    think_victims.clear();
+    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
+      if (candidate(s, requester) && held_blocks(table.at(s)) > 0) think_victims.push_back(s);
+    }
+    std::sort(think_victims.begin(), think_victims.end(), [&](std::uint32_t a, std::uint32_t b) {
+      const Slot& x = table.at(a);
+      const Slot& y = table.at(b);
+      return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
+    });
+    for (std::uint32_t s : think_victims) {
+      if (satisfied() || chosen.size() >= victims_left) break;
+      chosen.push_back(s);
+      got += held_blocks(table.at(s));
+      got_think += table.at(s).think_blocks;
+    }
     if (answer_victims) scan(Queue::kOutputQueue, false);
     if (!satisfied()) return false;
     for (std::uint32_t s : chosen) preempt(s);
@@ -241,7 +272,7 @@ struct DualQueueScheduler::Impl {
       ntb = new_think_blocks(r, r.computed, 1);
       if ((nb > free_blocks || ntb > free_think) &&
           !(mandatory && preempt_for(s, nb, ntb, r.phase == Phase::kOutputDecode))) {
-        stall(r, nb, ntb);
+        stall(r, nb);
         return false;
       }
     }
@@ -249,13 +280,12 @@ struct DualQueueScheduler::Impl {
     return true;
   }
 
-  void stall(Slot& r, std::uint32_t nb, std::uint32_t ntb) {
+  void stall(Slot& r, std::uint32_t nb) {
     r.stalled_step = step;
     ++plan.stats.stalled;
     ++counters.stalls;
     // Alone it can never fit: waiting would hang forever, so it is ended.
-    const bool never_fits = std::uint64_t{blocks_for(r.computed)} + nb > opt.total_kv_blocks ||
-                            std::uint64_t{r.think_blocks} + ntb > opt.think_kv_block_limit;
+    const bool never_fits = std::uint64_t{blocks_for(r.computed)} + nb > opt.total_kv_blocks;
     if (never_fits) to_abort.push_back(table.find(r.id));
   }
 
@@ -339,6 +369,58 @@ struct DualQueueScheduler::Impl {
     return static_cast<std::uint32_t>(std::min<std::uint64_t>(want, cap));
   }
 
+  // Prefill lanes (ADR-0015). Each lane is FCFS and a request that does not
+  // fit blocks only its own lane: chat arrivals never wait behind reasoning,
+  // and no new arrival waits behind a recompute victim.
+  enum Lane : std::uint8_t { kChatLane = 0, kReasoningLane = 1, kResumeLane = 2, kLaneCount = 3 };
+
+  [[nodiscard]] static Lane lane_of(const Slot& r) {
+    if (r.queue == Queue::kResumeQueue) return kResumeLane;
+    return r.phase == Phase::kOutputDecode ? kChatLane : kReasoningLane;
+  }
+
+  // New reasoning work is held back only while the pool is short and think
+  // KV is over its soft share; chat is never held back by it.
+  [[nodiscard]] bool admission_held(const Slot& r, std::uint32_t chunk) const {
+    if (lane_of(r) != kReasoningLane) return false;
+    const std::uint64_t nb = new_blocks(r.computed, chunk);
+    const bool pool_short = free_blocks < nb + growth_reserve;
+    return pool_short && think_share_left == 0;
+  }
+
+  // Schedules prefill from one queue's lane(s) within `budget`; returns what is left.
+  std::uint32_t prefill_lanes(std::uint8_t q, std::uint32_t budget, std::array<bool, kLaneCount>& blocked) {
+    for (std::uint32_t s = table.front(q); s != kNil && budget > 0 && seqs_left > 0; s = table.at(s).next) {
+      Slot& r = table.at(s);
+      const Lane lane = lane_of(r);
+      if (blocked[lane]) continue;
+      if (in_batch(r)) continue;  // a chunk already planned this step
+      const std::uint32_t remaining = r.target - r.computed;
+      const std::uint32_t want = std::min(remaining, budget);
+      std::uint32_t chunk = admission_held(r, want) ? 0 : fit_chunk(r, want);
+      // The oldest recompute victim, starved of blocks since last step, may
+      // preempt younger requests: re-admission cannot be blocked forever.
+      if (chunk == 0 && lane == kResumeLane && s == table.front(q) && r.stalled_step != 0 &&
+          r.stalled_step + 1 == step &&
+          preempt_for(s, new_blocks(r.computed, want), new_think_blocks(r, r.computed, want),
+                      r.phase == Phase::kOutputDecode)) {
+        chunk = fit_chunk(r, want);
+      }
+      if (chunk == 0) {  // FCFS within the lane: nobody in it overtakes
+        r.stalled_step = step;
+        blocked[lane] = true;
+        continue;
+      }
+      emit(s, WorkKind::kPrefill, chunk, new_blocks(r.computed, chunk),
+           new_think_blocks(r, r.computed, chunk), false, chunk == remaining);
+      ++plan.stats.prefill_requests;
+      plan.stats.prefill_tokens += chunk;
+      budget -= chunk;
+      if (chunk < remaining) blocked[lane] = true;  // a partial chunk ends its lane's turn
+    }
+    return budget;
+  }
+
   void prefill(double ceiling_ms) {
     const StepCostCoefficients k = model.coefficients();
     const double per_token_ms = k.per_token_ms + k.per_kv_token_us * 1e-3;
@@ -346,33 +428,14 @@ struct DualQueueScheduler::Impl {
     double fit = per_token_ms > 0 ? std::floor(std::max(room_ms, 0.0) / per_token_ms) : 1e18;
     fit = std::max(fit, static_cast<double>(opt.min_prefill_tokens_per_step));
     std::uint32_t budget = static_cast<std::uint32_t>(std::min(fit, static_cast<double>(tokens_left)));
-    for (std::uint8_t q : {std::uint8_t{Queue::kResumeQueue}, std::uint8_t{Queue::kWaitQueue}}) {
-      for (std::uint32_t s = table.front(q); s != kNil; s = table.at(s).next) {
-        if (budget == 0 || seqs_left == 0) return;
-        Slot& r = table.at(s);
-        const std::uint32_t remaining = r.target - r.computed;
-        const std::uint32_t want = std::min(remaining, budget);
-        std::uint32_t chunk = fit_chunk(r, want);
-        // The oldest preempted request, starved of blocks since last step, may
-        // preempt younger requests: re-admission cannot be blocked forever.
-        if (chunk == 0 && q == Queue::kResumeQueue && s == table.front(q) && r.stalled_step != 0 &&
-            r.stalled_step + 1 == step &&
-            preempt_for(s, new_blocks(r.computed, want), new_think_blocks(r, r.computed, want),
-                        r.phase == Phase::kOutputDecode)) {
-          chunk = fit_chunk(r, want);
-        }
-        if (chunk == 0) {  // FCFS: nobody overtakes a request that does not fit
-          r.stalled_step = step;
-          return;
-        }
-        emit(s, WorkKind::kPrefill, chunk, new_blocks(r.computed, chunk),
-             new_think_blocks(r, r.computed, chunk), false, chunk == remaining);
-        ++plan.stats.prefill_requests;
-        plan.stats.prefill_tokens += chunk;
-        budget -= chunk;
-        if (chunk < remaining) return;
-      }
-    }
+    // Recompute victims keep a share of the budget so they cannot starve;
+    // arrivals get the rest first, then whatever the victims leave.
+    const bool resuming = table.depth(Queue::kResumeQueue) > 0;
+    const std::uint32_t resume_share = resuming ? budget / 4 : 0;
+    std::array<bool, kLaneCount> blocked{};
+    std::uint32_t left = prefill_lanes(Queue::kWaitQueue, budget - resume_share, blocked) + resume_share;
+    left = prefill_lanes(Queue::kResumeQueue, left, blocked);
+    if (left > 0) prefill_lanes(Queue::kWaitQueue, left, blocked);
   }
 
   // Leaves `reserve_tokens` (and one sequence slot) for the prefill floor.
@@ -453,7 +516,8 @@ struct DualQueueScheduler::Impl {
     swapped_in.clear();
     last_served.fill(kNil);
     free_blocks = limits.free_kv_blocks;
-    free_think = limits.free_think_kv_blocks;
+    free_think = std::numeric_limits<std::uint64_t>::max() / 2;  // no wall; halved so += cannot wrap
+    think_share_left = limits.free_think_kv_blocks;
     tokens_left = limits.token_budget;
     seqs_left = limits.max_sequences;
     tok = kv = 0;
@@ -464,6 +528,7 @@ struct DualQueueScheduler::Impl {
     st.waiting_depth = table.depth(Queue::kWaitQueue) + table.depth(Queue::kResumeQueue);
     st.swapped_depth = table.depth(Queue::kSwapQueue);
     const std::uint32_t running_count = st.output_queue_depth + st.think_queue_depth;
+    growth_reserve = std::uint64_t{st.think_queue_depth} * blocks_for(kGrowthHorizonTokens);
     victims_left =
         opt.preemption_enabled
             ? std::max(1U, static_cast<std::uint32_t>(std::floor(opt.preempt_max_fraction * running_count)))

@@ -536,11 +536,21 @@ ReplayResult Engine::summarize() {
   std::uint64_t total[2] = {};  // chat, reasoning
   std::vector<float> ttfv_class[2];
   std::vector<float> output_tpot;
+  // Why requests missed (a request may miss several bounds).
+  std::uint64_t miss_incomplete = 0;
+  std::uint64_t miss_ttft = 0;
+  std::uint64_t miss_output = 0;
+  std::uint64_t miss_think = 0;
+  const SloParams& slo = o_.params.slo;
   for (const RequestSpec& spec : w_.requests) {
     const RequestOutcome oc = outcome(spec.id);
     const std::size_t cls = oc.reasoning ? 1 : 0;
     ++total[cls];
     if (oc.slo_met) ++met[cls];
+    if (!oc.completed) ++miss_incomplete;
+    if (oc.ttft_ms > slo.ttft_ms) ++miss_ttft;
+    if (oc.output_tpot_ms > slo.output_tpot_ms) ++miss_output;
+    if (oc.think_tpot_ms > slo.think_tpot_ms) ++miss_think;
     if (oc.ttfv_ms >= 0) ttfv_class[cls].push_back(oc.ttfv_ms);
     if (oc.output_tpot_ms >= 0) output_tpot.push_back(oc.output_tpot_ms);
     out.outcomes.push_back(oc);
@@ -558,6 +568,11 @@ ReplayResult Engine::summarize() {
   put("slo_attainment_pct", pct(met[0] + met[1], total[0] + total[1]));
   put("slo_attainment_chat_pct", pct(met[0], total[0]));
   put("slo_attainment_reasoning_pct", pct(met[1], total[1]));
+  const std::uint64_t all = total[0] + total[1];
+  put("slo_miss_ttft_pct", pct(miss_ttft, all));
+  put("slo_miss_output_tpot_pct", pct(miss_output, all));
+  put("slo_miss_think_tpot_pct", pct(miss_think, all));
+  put("slo_miss_incomplete_pct", pct(miss_incomplete, all));
   put("ttft_p50_ms", percentile(ttft_, 50));
   put("ttft_p95_ms", percentile(ttft_, 95));
   put("ttft_p99_ms", percentile(ttft_, 99));

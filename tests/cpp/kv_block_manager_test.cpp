@@ -122,17 +122,22 @@ TEST(KvBlockManager, PrefixAttachSharesAndReusesCachedBlocks) {
   EXPECT_EQ(m.check_invariants(), "");
 }
 
-TEST(KvBlockManager, ThinkFractionIsEnforced) {
-  KvBlockManager m(options(10, 0.3));  // 3 ThinkActive blocks at most
+TEST(KvBlockManager, ThinkShareIsSoftThinkKvMayUseTheWholePool) {
+  KvBlockManager m(options(10, 0.3));  // a share of 3 ThinkActive blocks
   EXPECT_EQ(m.usage().think_block_limit, 3U);
   ASSERT_TRUE(m.allocate(1, BlockTier::kThinkActive, 2).ok());
-  EXPECT_EQ(m.allocate(2, BlockTier::kThinkActive, 2).status, AllocStatus::kThinkLimit);
-  EXPECT_EQ(m.usage().free_blocks, 8U);  // nothing changed
-  ASSERT_TRUE(m.allocate(2, BlockTier::kThinkActive, 1).ok());
+  EXPECT_EQ(m.usage().think_headroom(), 1U);
+  // Over the share while blocks are free: allowed (ADR-0015); the headroom reads 0.
+  ASSERT_TRUE(m.allocate(2, BlockTier::kThinkActive, 3).ok());
   EXPECT_EQ(m.usage().think_headroom(), 0U);
+  EXPECT_EQ(m.usage().free_blocks, 5U);
   ASSERT_TRUE(m.allocate(3, BlockTier::kOutputCritical, 5).ok());  // other tiers unaffected
-  m.demote_think_blocks(1);                                        // ThinkComplete no longer counts
-  EXPECT_EQ(m.usage().think_headroom(), 2U);
+  EXPECT_EQ(m.allocate(4, BlockTier::kThinkActive, 1).status,
+            AllocStatus::kOutOfBlocks);  // the pool is the limit
+  m.demote_think_blocks(1);              // ThinkComplete no longer counts toward the share
+  EXPECT_EQ(m.usage().think_headroom(), 0U);
+  m.demote_think_blocks(2);
+  EXPECT_EQ(m.usage().think_headroom(), 3U);
   EXPECT_EQ(m.allocate(4, BlockTier::kThinkComplete, 1).status, AllocStatus::kInvalidTier);
   EXPECT_EQ(m.check_invariants(), "");
 }

@@ -164,14 +164,26 @@ TEST(Replay, EveryRequestFinishesOrIsReportedUnderMemoryPressure) {
 
 TEST(Replay, RequestsThatCanNeverFitAreAbortedAndReported) {
   ReplayParams params = small_params(3.0, 60);
-  params.cost_model.gpu_memory_gib = 22.35;  // a "24 GB" GPU
+  params.cost_model.gpu_memory_gib = 22.35;  // a "24 GB" GPU: ~890 blocks, ~14 K tokens of KV
   params.cost_model.gpu_memory_utilization = 0.95;
-  const Workload w = generate_workload(params.workload, 3);
-  // 40% of ~1,300 blocks caps reasoning at ~8,300 tokens of KV: longer ones are aborted.
-  const ReplayResult r = run(PolicyKind::kMeridian, w, params);
-  expect_conserved(r, w);
-  EXPECT_GT(r.metric("aborted"), 0);
-  EXPECT_EQ(r.metric("completed") + r.metric("aborted"), r.metric("arrived"));
+  Workload w;
+  w.name = "never-fits";
+  RequestSpec small;
+  small.id = 1;
+  small.prompt_tokens = 100;
+  small.think_tokens = 500;
+  small.answer_tokens = 50;
+  RequestSpec huge = small;  // its reasoning alone is larger than the whole pool
+  huge.id = 2;
+  huge.arrival_s = 0.5;
+  huge.think_tokens = 20000;
+  w.requests = {small, huge};
+  for (PolicyKind p : {PolicyKind::kMeridian, PolicyKind::kMeridianNoForcing}) {
+    const ReplayResult r = run(p, w, params, 7, 0.9);
+    expect_conserved(r, w);
+    EXPECT_EQ(r.metric("aborted"), 1) << to_string(p);
+    EXPECT_EQ(r.metric("completed"), 1) << to_string(p);
+  }
 }
 
 TEST(Replay, ConservationHoldsWhenTheRunIsCutShort) {

@@ -156,22 +156,36 @@ TEST(SchedulerTrace, OptionalWorkNeverPreempts) {
   EXPECT_EQ(rig.last.stats.stalled, 2U);
 }
 
-TEST(SchedulerTrace, DueThinkPreemptsLruThinkVictimsWithinTheCap) {
+TEST(SchedulerTrace, DueThinkPreemptsTheLeastProgressWithinTheCap) {
   SchedulerRig rig(trace_options(80), kCost);
   for (RequestId id = 1; id <= 8; ++id) rig.add(id, 4);  // one full block each
   rig.step({}, kPrefillMs);
   EXPECT_EQ(rig.step(blocks(0), 50), "-");  // memory full: all stall for 50 ms
-  // Now all are due. 1 preempts the least recently served other think request;
-  // the cap is max(1, 0.125 x 8) = 1 victim per step, so the rest stall.
-  EXPECT_EQ(rig.step(blocks(0)), "!2r T1");
+  // Now all are due. 1 preempts the victim that loses least: equal contexts,
+  // so the newest (8), as vLLM would; the cap is max(1, 0.125 x 8) = 1 victim
+  // per step, so the rest stall.
+  EXPECT_EQ(rig.step(blocks(0)), "!8r T1");
   EXPECT_EQ(rig.last.stats.stalled, 6U);
   EXPECT_EQ(rig.last.preemptions[0].blocks, 1U);
-  EXPECT_EQ(rig.scheduler.view(2)->preemptions, 1U);
-  EXPECT_EQ(rig.scheduler.view(2)->context_tokens, 0U);
-  EXPECT_EQ(rig.scheduler.view(2)->state, RequestView::State::kWaiting);
-  // Next step 3 (front of the queue, least recently served) takes the next
-  // younger victim, 4; 1 needs no new block and runs too.
-  EXPECT_EQ(rig.step(blocks(0)), "!4r T3 T1");
+  EXPECT_EQ(rig.scheduler.view(8)->preemptions, 1U);
+  EXPECT_EQ(rig.scheduler.view(8)->context_tokens, 0U);
+  EXPECT_EQ(rig.scheduler.view(8)->state, RequestView::State::kWaiting);
+  // Next step 2 (front of the queue, least recently served) takes the next
+  // newest victim, 7; 1 needs no new block and runs too.
+  EXPECT_EQ(rig.step(blocks(0)), "!7r T2 T1");
+}
+
+TEST(SchedulerTrace, ShorterContextsAreVictimsBeforeNewerOnes) {
+  SchedulerRig rig(trace_options(80), kCost);
+  rig.add(1, 4);
+  rig.add(2, 8);  // longer context, newer than 1
+  rig.add(3, 4);
+  rig.add(4, 4);
+  rig.step({}, kPrefillMs);
+  EXPECT_EQ(rig.step(blocks(0), 50), "-");
+  // 1 is due and needs a block; 3 and 4 lose less than 2 (4 tokens against 8):
+  // the newest of them, 4, goes.
+  EXPECT_EQ(rig.step(blocks(0)).substr(0, 3), "!4r");
 }
 
 TEST(SchedulerTrace, OffloadedThinkVictimSwapsBackInOnceAndRejoinsTheThinkQueue) {
@@ -182,15 +196,15 @@ TEST(SchedulerTrace, OffloadedThinkVictimSwapsBackInOnceAndRejoinsTheThinkQueue)
   rig.step({}, kPrefillMs);
   EXPECT_EQ(rig.step(blocks(0), 50), "-");
   // With a fabric, the think victim's KV is offloaded (kept), not dropped.
-  EXPECT_EQ(rig.step(blocks(0)), "!2f T1");
-  EXPECT_EQ(rig.scheduler.view(2)->state, RequestView::State::kSwapped);
-  EXPECT_EQ(rig.scheduler.view(2)->context_tokens, 4U);
-  // Memory is back: 2 returns first, then think in LRU order. The swap-in is
+  EXPECT_EQ(rig.step(blocks(0)), "!3f T1");
+  EXPECT_EQ(rig.scheduler.view(3)->state, RequestView::State::kSwapped);
+  EXPECT_EQ(rig.scheduler.view(3)->context_tokens, 4U);
+  // Memory is back: 3 returns first, then think in LRU order. The swap-in is
   // its decode for this step: it must not be scheduled a second time when
   // the think pass reaches the back of the queue.
-  EXPECT_EQ(rig.step(), "s2 T3 t1");
-  EXPECT_EQ(rig.scheduler.view(2)->state, RequestView::State::kRunning);
-  EXPECT_EQ(rig.step(), "t3 t1 t2");
+  EXPECT_EQ(rig.step(), "s3 T2 t1");
+  EXPECT_EQ(rig.scheduler.view(3)->state, RequestView::State::kRunning);
+  EXPECT_EQ(rig.step(), "t2 t1 t3");
 }
 
 TEST(SchedulerTrace, AnswerVictimsAreSwappedAndGuardedAfterReadmission) {

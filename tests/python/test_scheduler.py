@@ -145,17 +145,21 @@ def test_block_manager_tiers_limit_and_prefix_cache():
     prompt = kv.allocate(1, BlockTier.OUTPUT_CRITICAL, 2, hashes=[11, 12])
     assert prompt.ok and prompt.status == AllocStatus.OK and len(prompt.blocks) == 2
     assert kv.allocate(1, BlockTier.THINK_ACTIVE, 3)
-    over = kv.allocate(1, BlockTier.THINK_ACTIVE, 1)
-    assert not over and over.status == AllocStatus.THINK_LIMIT
-    assert kv.usage.live_blocks == [0, 3, 2]  # nothing changed by the failed call
+    assert kv.usage.think_headroom == 0  # at the soft share
+    over = kv.allocate(1, BlockTier.THINK_ACTIVE, 1)  # the share is soft: the pool is the limit
+    assert over and over.status == AllocStatus.OK
+    assert kv.usage.live_blocks == [0, 4, 2]
+    too_many = kv.allocate(1, BlockTier.THINK_ACTIVE, 5)
+    assert not too_many and too_many.status == AllocStatus.OUT_OF_BLOCKS
+    assert kv.usage.live_blocks == [0, 4, 2]  # nothing changed by the failed call
     assert len(kv.demote_think_blocks(1)) == 0  # demoted in place, none dropped
-    assert kv.usage.live_blocks == [3, 0, 2]
+    assert kv.usage.live_blocks == [4, 0, 2]
     kv.release(1, ReleaseKind.FINISHED)
     # The next turn's prompt starts with the same two blocks: a prefix hit.
     assert kv.match_prefix([11, 12, 13]) == 2
     assert kv.attach_prefix(2, [11, 12, 13]) == 2
     assert kv.counters.prefix_hit_blocks == 2
-    assert kv.counters.demoted_blocks == 3
+    assert kv.counters.demoted_blocks == 4
     assert kv.check_invariants() == ""
 
 
