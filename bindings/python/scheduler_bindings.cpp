@@ -138,7 +138,8 @@ void bind_plan_types(nb::module_& m) {
       .def_ro("aborted", &SchedulerCounters::aborted)
       .def_ro("due_think_decodes", &SchedulerCounters::due_think_decodes)
       .def_ro("output_slo_overruns", &SchedulerCounters::output_slo_overruns)
-      .def_ro("rejected_step_times", &SchedulerCounters::rejected_step_times);
+      .def_ro("rejected_step_times", &SchedulerCounters::rejected_step_times)
+      .def_ro("admission_cached_tokens", &SchedulerCounters::admission_cached_tokens);
 }
 
 void bind_scheduler_class(nb::module_& m) {

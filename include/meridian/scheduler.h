@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -123,6 +124,8 @@ struct SchedulerCounters {
   std::uint64_t due_think_decodes = 0;
   std::uint64_t output_slo_overruns = 0;  ///< steps predicted above output_tpot_budget_ms
   std::uint64_t rejected_step_times = 0;
+  std::uint64_t admission_cached_tokens =
+      0;  ///< tokens found in the prefix cache at admission (PrefixLookup)
 };
 
 struct SchedulerOptions {
@@ -175,6 +178,15 @@ class DualQueueScheduler {
   bool set_phase(RequestId id, Phase phase);
   /// The request ended (EOS, abort, length); its state is dropped.
   bool finish(RequestId id);
+
+  /// Called when a request's prefill (a new request's, or a recompute
+  /// victim's re-prefill) is admitted and nothing of it is in KV yet, with its
+  /// id and the tokens to compute; returns how many leading tokens the engine
+  /// found in its prefix cache and attached, so they are not computed (a
+  /// victim re-hits its own blocks, as in vLLM). Engines that attach at
+  /// arrival pass NewRequest::cached_prompt_tokens instead.
+  using PrefixLookup = std::function<std::uint32_t(RequestId id, std::uint32_t tokens)>;
+  void set_prefix_lookup(PrefixLookup lookup);
 
   /// Plans one step. `now_ns` is the engine clock at the step's start.
   const StepPlan& schedule(const StepLimits& limits, std::int64_t now_ns);

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -74,6 +75,14 @@ constexpr double kNextStepMargin = 0.5;
 // many tokens soon; new reasoning is held back when the pool cannot cover it
 // (and think KV is over its soft share).
 constexpr std::uint32_t kGrowthHorizonTokens = 128;
+// Answer-active steps aim this far below the output TPOT budget: the learned
+// step model is an estimate, and due work and the prefill floor ride on top.
+constexpr double kOutputCeilingShare = 0.9;
+// Backstop of the think guarantee: no single think gap beyond this many budgets.
+constexpr double kMaxGapBudgets = 4.0;
+// Memory pressure ends once this share of the pool (1/50 = 2%) is free beyond
+// the growth reserve.
+constexpr std::uint64_t kHighWatermarkDivisor = 50;
 
 }  // namespace
 
@@ -90,6 +99,7 @@ struct DualQueueScheduler::Impl {
   std::vector<PlannedSlot> planned;            // one per work item
   std::vector<std::uint32_t> swapped_in;       // join their run queue at finalize()
   std::array<std::uint32_t, 2> last_served{};  // per run queue: end of the served prefix
+  bool served_out_of_order = false;            // some decode was not at the front of what was left
   std::vector<std::uint32_t> chosen;           // preemption scratch
   std::vector<std::uint32_t> to_abort;
   std::uint64_t step = 0;
@@ -102,7 +112,11 @@ struct DualQueueScheduler::Impl {
   std::uint64_t free_think = 0;        // no wall: stays unlimited (kept for the block arithmetic)
   std::uint64_t think_share_left = 0;  // ThinkActive blocks below the soft share
   std::uint64_t growth_reserve = 0;    // blocks running think requests will need soon (admission watermark)
+  std::uint64_t high_watermark = 0;    // free blocks that end memory pressure
+  bool pressure = false;               // a preemption happened and the pool has not recovered
+  bool idle_engine = false;            // nothing running: admit whatever fits
   std::vector<std::uint32_t> think_victims;  // preemption scratch: think candidates
+  DualQueueScheduler::PrefixLookup prefix_lookup;
   std::uint32_t tokens_left = 0;
   std::uint32_t seqs_left = 0;
   std::uint32_t victims_left = 0;
@@ -152,7 +166,11 @@ struct DualQueueScheduler::Impl {
     Slot& r = table.at(s);
     plan.work.push_back({r.id, kind, r.phase, tokens, r.computed, nb, ntb, due, completes});
     planned.push_back({s, r.generation});
-    if (kind == WorkKind::kDecode) last_served[r.queue] = s;
+    if (kind == WorkKind::kDecode) {
+      // Served decodes rotate to the back in O(1) only while they are a prefix of their queue.
+      if (r.prev != last_served[r.queue]) served_out_of_order = true;
+      last_served[r.queue] = s;
+    }
     if (kind != WorkKind::kPrefill && r.phase == Phase::kOutputDecode) ++plan.stats.output_batch;
     r.batch_step = step;
     free_blocks -= nb;
@@ -170,10 +188,15 @@ struct DualQueueScheduler::Impl {
   // requesters may take think-phase victims of any age.
   // The re-admission guard protects a victim from requesters of its own phase
   // only: an answer-phase request never waits while a think victim exists.
+  // A partial prefill (waiting, holding blocks, producing nothing) is a
+  // victim for a running requester of any age: otherwise an older partial
+  // prefill and a younger running request could each wait for the other.
   [[nodiscard]] bool candidate(std::uint32_t s, std::uint32_t requester) const {
     const Slot& r = table.at(s);
     if (in_batch(r) || r.computed == 0 || s == requester) return false;
-    const bool same_tier = r.phase == table.at(requester).phase;
+    const Slot& q = table.at(requester);
+    if (!running(r) && running(q)) return true;
+    const bool same_tier = r.phase == q.phase;
     if (same_tier && step < r.guard_until_step) return false;
     return !same_tier || table.older(requester, s);
   }
@@ -189,11 +212,10 @@ struct DualQueueScheduler::Impl {
     std::uint64_t got_think = free_think;
     chosen.clear();
     auto satisfied = [&] { return got >= need && got_think >= need_think; };
-    auto scan = [&](std::uint8_t q, bool prefix_only) {
+    auto scan = [&](std::uint8_t q) {
       for (std::uint32_t s = table.front(q); s != kNil && !satisfied() && chosen.size() < victims_left;
            s = table.at(s).next) {
         const Slot& r = table.at(s);
-        if (prefix_only && r.computed == 0) break;  // partial prefills are a prefix (FCFS)
         if (!candidate(s, requester)) continue;
         // A victim that frees nothing the shortfall needs would only waste the
         // cap. While ThinkActive blocks are short, only their holders help
@@ -205,8 +227,9 @@ struct DualQueueScheduler::Impl {
         got_think += r.think_blocks;
       }
     };
-    scan(Queue::kResumeQueue, true);
-    scan(Queue::kWaitQueue, true);
+    // Partial prefills first: prefill lanes do not keep them a prefix of their queue.
+    scan(Queue::kResumeQueue);
+    scan(Queue::kWaitQueue);
     // Running think requests: least progress lost first (the shortest
     // context, then the newest), as vLLM takes its newest request.
     think_victims.clear();
@@ -224,7 +247,7 @@ struct DualQueueScheduler::Impl {
       got += held_blocks(table.at(s));
       got_think += table.at(s).think_blocks;
     }
-    if (answer_victims) scan(Queue::kOutputQueue, false);
+    if (answer_victims) scan(Queue::kOutputQueue);
     if (!satisfied()) return false;
     for (std::uint32_t s : chosen) preempt(s);
     return true;
@@ -246,6 +269,8 @@ struct DualQueueScheduler::Impl {
     ++counters.preemptions[static_cast<std::size_t>(mode)];
     ++(r.phase == Phase::kOutputDecode ? counters.preempted_output : counters.preempted_think);
     --victims_left;
+    pressure = true;
+    r.admitted = false;
     if (keeps_kv) {
       r.shared_blocks = 0;  // released; the swap-in allocates every block anew
       table.push_back(Queue::kSwapQueue, s);
@@ -260,6 +285,15 @@ struct DualQueueScheduler::Impl {
 
   // --- the step --------------------------------------------------------------
 
+  // Answers may always preempt (think victims first). The think TPOT
+  // guarantee may not while the pool is under pressure (a preemption already
+  // happened and memory has not recovered): it degrades to a stall instead of
+  // feeding a preemption storm, unless nothing at all could run this step
+  // (then progress needs a victim).
+  [[nodiscard]] bool may_preempt(const Slot& r) const {
+    return r.phase == Phase::kOutputDecode || !pressure || plan.work.empty();
+  }
+
   // Schedules one decode; mandatory work may preempt. Returns whether it ran.
   [[gnu::always_inline]] bool try_decode(std::uint32_t s, bool mandatory, bool due) {
     Slot& r = table.at(s);
@@ -271,7 +305,7 @@ struct DualQueueScheduler::Impl {
       nb = 1;
       ntb = new_think_blocks(r, r.computed, 1);
       if ((nb > free_blocks || ntb > free_think) &&
-          !(mandatory && preempt_for(s, nb, ntb, r.phase == Phase::kOutputDecode))) {
+          !(mandatory && may_preempt(r) && preempt_for(s, nb, ntb, r.phase == Phase::kOutputDecode))) {
         stall(r, nb);
         return false;
       }
@@ -314,41 +348,40 @@ struct DualQueueScheduler::Impl {
     }
   }
 
-  // A think request skipped now is next served at the end of the next step
-  // at the latest: it is due when its wait plus this step and the next (with
-  // a margin for the next carrying more due work) would pass the think budget.
-  // A step is estimated as the largest of the recent step time, this step's
-  // ceiling, and what is planned so far plus this decode and the prefill
-  // floor, so work that the rest of the step adds is already paid for. Due
-  // requests form a prefix of the think queue (it is ordered by last token).
-  // Returns the first slot that is not due.
-  std::uint32_t decode_due_think(std::int64_t now_ns, double floor_ms, std::uint32_t floor_tokens) {
+  // The think TPOT guarantee (ADR-0015) is the SLO's own quantity: a think
+  // request's mean gap, think duration / think tokens, stays within
+  // think_tpot_budget_ms. A request skipped now is next served at the end of
+  // the next step at the latest (plus a margin for the next step carrying
+  // more due work), so it is due when that would lift its mean past the
+  // budget, or stretch this one gap past kMaxGapBudgets budgets (a backstop:
+  // no request is parked for long even with slack in its mean), or when it
+  // found no KV block last step (it may now preempt, so memory pressure
+  // cannot park it forever). The slack in the mean is what lets answer steps
+  // stay short through load peaks. A step is estimated as the largest of the
+  // recent step time, this step's ceiling and a step holding every running
+  // request plus the prefill floor. Due requests are scattered over the think
+  // queue (it is ordered by last token, the mean depends on each request's
+  // history), so the whole queue is scanned.
+  void decode_due_think(std::int64_t now_ns, double floor_ms) {
     const double budget_ms = opt.think_tpot_budget_ms;
     constexpr double kSteps = 2 + kNextStepMargin;
-    // S >= floor_ms: a request that waited longer than this is due whatever
-    // the rest of the plan, without computing the planned-so-far prediction.
-    const double due_by_floor_ns = (budget_ms - kSteps * floor_ms) / kNsToMs;
+    const double horizon_ms = kSteps * floor_ms;
+    const double max_wait_ns = (kMaxGapBudgets * budget_ms - horizon_ms) / kNsToMs;
     auto is_due = [&](const Slot& r) {
       const auto waited_ns = static_cast<double>(now_ns - r.last_token_ns);
-      if (waited_ns > due_by_floor_ns) return true;
-      // A request that found no KV block last step is due too: it may now
-      // preempt, so memory pressure cannot park it (and the engine) forever.
+      if (waited_ns > max_wait_ns) return true;
       if (r.stalled_step != 0 && r.stalled_step + 1 == step) return true;
-      return waited_ns * kNsToMs +
-                 kSteps * model.predict_ms(tok + 1 + floor_tokens, kv + r.computed + 1 + floor_tokens) >
-             budget_ms;
+      const auto elapsed_ms = static_cast<double>(now_ns - r.first_token_ns) * kNsToMs;
+      // Skipped, its next token comes within the horizon: its mean gap over
+      // the `generated` gaps since its first token would then be this.
+      return elapsed_ms + horizon_ms > budget_ms * static_cast<double>(r.generated);
     };
-    // Heavy load: the floor alone exceeds the budget, so every request is due
-    // and the per-request test is skipped.
-    const bool all_due = due_by_floor_ns < 0;
-    std::uint32_t s = table.front(Queue::kThinkQueue);
-    for (; s != kNil; s = table.at(s).next) {
-      if (!all_due && !is_due(table.at(s))) break;
+    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
       if (seqs_left == 0 || tokens_left == 0) break;
+      if (!is_due(table.at(s))) continue;
       if (try_decode(s, true, true)) ++plan.stats.due_think;
     }
     counters.due_think_decodes += plan.stats.due_think;
-    return seqs_left == 0 || tokens_left == 0 ? kNil : s;
   }
 
   // Largest chunk <= want whose blocks fit the free and think allowances.
@@ -379,13 +412,22 @@ struct DualQueueScheduler::Impl {
     return r.phase == Phase::kOutputDecode ? kChatLane : kReasoningLane;
   }
 
-  // New reasoning work is held back only while the pool is short and think
-  // KV is over its soft share; chat is never held back by it.
+  // Admission watermarks (ADR-0015): blocks that must stay free after a new
+  // (re)prefill starts. Outside pressure, chat needs none and reasoning keeps
+  // the running think requests' growth free once think KV is over its soft
+  // share; recompute victims always keep it. Under pressure (a preemption
+  // happened and the pool has not recovered past the high watermark) chat
+  // keeps the growth reserve and everything else the high watermark, so
+  // victims are not re-admitted only to be preempted again (hysteresis).
+  // A prefill already under way is never held, nor anything when nothing runs.
+  [[nodiscard]] std::uint64_t watermark(Lane lane) const {
+    if (lane == kChatLane) return pressure ? growth_reserve : 0;
+    if (pressure) return high_watermark;
+    return lane == kResumeLane || think_share_left == 0 ? growth_reserve : 0;
+  }
   [[nodiscard]] bool admission_held(const Slot& r, std::uint32_t chunk) const {
-    if (lane_of(r) != kReasoningLane) return false;
-    const std::uint64_t nb = new_blocks(r.computed, chunk);
-    const bool pool_short = free_blocks < nb + growth_reserve;
-    return pool_short && think_share_left == 0;
+    if (r.admitted || idle_engine) return false;
+    return free_blocks < std::uint64_t{new_blocks(r.computed, chunk)} + watermark(lane_of(r));
   }
 
   // Schedules prefill from one queue's lane(s) within `budget`; returns what is left.
@@ -395,17 +437,20 @@ struct DualQueueScheduler::Impl {
       const Lane lane = lane_of(r);
       if (blocked[lane]) continue;
       if (in_batch(r)) continue;  // a chunk already planned this step
-      const std::uint32_t remaining = r.target - r.computed;
-      const std::uint32_t want = std::min(remaining, budget);
-      std::uint32_t chunk = admission_held(r, want) ? 0 : fit_chunk(r, want);
-      // The oldest recompute victim, starved of blocks since last step, may
-      // preempt younger requests: re-admission cannot be blocked forever.
-      if (chunk == 0 && lane == kResumeLane && s == table.front(q) && r.stalled_step != 0 &&
-          r.stalled_step + 1 == step &&
-          preempt_for(s, new_blocks(r.computed, want), new_think_blocks(r, r.computed, want),
-                      r.phase == Phase::kOutputDecode)) {
+      std::uint32_t remaining = r.target - r.computed;
+      std::uint32_t want = std::min(remaining, budget);
+      std::uint32_t chunk = fit_chunk(r, want);
+      if (chunk > 0 && admission_held(r, chunk)) chunk = 0;
+      // Admitted (as if nothing were cached): now attach what the prefix
+      // cache holds, so only the rest is computed.
+      if (chunk > 0 && !r.admitted && r.computed == 0 && prefix_lookup) {
+        attach_cached(r);
+        remaining = r.target - r.computed;
+        want = std::min(remaining, budget);
         chunk = fit_chunk(r, want);
       }
+      // Victims wait for blocks that finishing requests free; they never
+      // preempt to get back in (that is how preemption storms start).
       if (chunk == 0) {  // FCFS within the lane: nobody in it overtakes
         r.stalled_step = step;
         blocked[lane] = true;
@@ -413,12 +458,27 @@ struct DualQueueScheduler::Impl {
       }
       emit(s, WorkKind::kPrefill, chunk, new_blocks(r.computed, chunk),
            new_think_blocks(r, r.computed, chunk), false, chunk == remaining);
+      r.admitted = true;
       ++plan.stats.prefill_requests;
       plan.stats.prefill_tokens += chunk;
       budget -= chunk;
       if (chunk < remaining) blocked[lane] = true;  // a partial chunk ends its lane's turn
     }
     return budget;
+  }
+
+  // At admission, like vLLM: a new request finds its prompt prefix, and a
+  // recompute victim its own blocks that are still cached; only the rest is
+  // computed. Nothing is attached while a request waits, so waiting holds no
+  // KV. The attached blocks leave the evictable cache: they no longer count
+  // as free.
+  void attach_cached(Slot& r) {
+    const std::uint32_t cached = std::min(prefix_lookup(r.id, r.target), r.target - 1);
+    const std::uint32_t blocks = cached / opt.block_tokens;
+    r.computed = blocks * opt.block_tokens;
+    r.shared_blocks = blocks;
+    free_blocks -= std::min<std::uint64_t>(free_blocks, blocks);
+    counters.admission_cached_tokens += r.computed;
   }
 
   void prefill(double ceiling_ms) {
@@ -447,6 +507,7 @@ struct DualQueueScheduler::Impl {
         return;
       }
       const Slot& r = table.at(s);
+      if (in_batch(r) || r.stalled_step == step) continue;  // due: planned, or found no block
       if (output_active && model.predict_ms(tok + 1, kv + r.computed + 1) > ceiling_ms) return;
       if (try_decode(s, false, false)) ++plan.stats.think_batch;
     }
@@ -458,7 +519,7 @@ struct DualQueueScheduler::Impl {
   // prefix ending at last_served, moved in O(1).
   void finalize() {
     StepStats& st = plan.stats;
-    if (st.stalled == 0) {
+    if (st.stalled == 0 && !served_out_of_order) {
       for (std::uint8_t q : {std::uint8_t{Queue::kOutputQueue}, std::uint8_t{Queue::kThinkQueue}}) {
         if (last_served[q] != kNil) table.rotate_prefix_to_back(q, last_served[q]);
       }
@@ -515,6 +576,7 @@ struct DualQueueScheduler::Impl {
     planned.clear();
     swapped_in.clear();
     last_served.fill(kNil);
+    served_out_of_order = false;
     free_blocks = limits.free_kv_blocks;
     free_think = std::numeric_limits<std::uint64_t>::max() / 2;  // no wall; halved so += cannot wrap
     think_share_left = limits.free_think_kv_blocks;
@@ -529,6 +591,9 @@ struct DualQueueScheduler::Impl {
     st.swapped_depth = table.depth(Queue::kSwapQueue);
     const std::uint32_t running_count = st.output_queue_depth + st.think_queue_depth;
     growth_reserve = std::uint64_t{st.think_queue_depth} * blocks_for(kGrowthHorizonTokens);
+    high_watermark = growth_reserve + opt.total_kv_blocks / kHighWatermarkDivisor;
+    if (pressure && free_blocks >= high_watermark) pressure = false;
+    idle_engine = running_count == 0 && st.swapped_depth == 0;
     victims_left =
         opt.preemption_enabled
             ? std::max(1U, static_cast<std::uint32_t>(std::floor(opt.preempt_max_fraction * running_count)))
@@ -540,8 +605,8 @@ struct DualQueueScheduler::Impl {
         std::max(1.0, std::floor(opt.think_batch_multiplier * st.output_batch_budget)));
     // Without answers, steps stay short enough that a think request may be
     // skipped at least once: two steps (plus margin) within half the budget.
-    st.step_ceiling_ms =
-        output_active ? opt.output_tpot_budget_ms : opt.think_tpot_budget_ms / (2 * (2 + kNextStepMargin));
+    st.step_ceiling_ms = output_active ? kOutputCeilingShare * opt.output_tpot_budget_ms
+                                       : opt.think_tpot_budget_ms / (2 * (2 + kNextStepMargin));
 
     decode_outputs();
     swap_in();
@@ -551,10 +616,10 @@ struct DualQueueScheduler::Impl {
     // request plus the prefill floor, or the ceiling: bound S by it too.
     const double full_step_ms = model.predict_ms(std::uint64_t{running_count} + floor_tokens,
                                                  running_context + running_count + floor_tokens);
-    const std::uint32_t cursor =
-        decode_due_think(now_ns, std::max({st.step_ceiling_ms, recent_step_ms, full_step_ms}), floor_tokens);
+    decode_due_think(now_ns, std::max({st.step_ceiling_ms, recent_step_ms, full_step_ms}));
     st.think_batch = st.due_think;
-    decode_optional_think(cursor, output_active, st.step_ceiling_ms, st.think_batch_cap, floor_tokens);
+    decode_optional_think(table.front(Queue::kThinkQueue), output_active, st.step_ceiling_ms,
+                          st.think_batch_cap, floor_tokens);
     prefill(st.step_ceiling_ms);
     finalize();
     plan_pending = true;
@@ -593,6 +658,7 @@ struct DualQueueScheduler::Impl {
       if (r.computed < r.target) continue;
       ++r.generated;  // the chunk that completes prefill samples a token
       r.last_token_ns = end_ns;
+      if (r.first_token_ns == 0) r.first_token_ns = end_ns;
       r.guard_until_step = step + std::uint64_t{opt.preempt_readmit_guard_steps} * r.preemptions;
       running_context += r.computed;
       table.push_back(r.phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue, s);
@@ -665,6 +731,8 @@ bool DualQueueScheduler::finish(RequestId id) {
   m.drop(s);
   return true;
 }
+
+void DualQueueScheduler::set_prefix_lookup(PrefixLookup lookup) { impl_->prefix_lookup = std::move(lookup); }
 
 const StepPlan& DualQueueScheduler::schedule(const StepLimits& limits, std::int64_t now_ns) {
   return impl_->schedule(limits, now_ns);

@@ -52,6 +52,8 @@ struct alignas(64) Slot {
   std::uint32_t target = 0;            ///< prefill target (prompt, or prompt + generated on recompute)
   std::uint32_t shared_blocks = 0;     ///< prefix-cache blocks that preemption would not free
   std::uint32_t preemptions = 0;
+  bool admitted = false;  ///< its (re)prefill has started: the admission watermark no longer applies
+  std::int64_t first_token_ns = 0;  ///< when its first token came (0: none yet); kept across preemption
 };
 
 class RequestTable {

@@ -4,6 +4,7 @@
 // cached, swap and offload free them) and each item's blocks are allocated
 // in their tier (answer/prompt OutputCritical, reasoning ThinkActive).
 #include <algorithm>
+#include <vector>
 
 #include "sim/policy.h"
 
@@ -22,12 +23,21 @@ ReleaseKind release_kind(ReclaimMode mode) {
 class MeridianPolicy final : public SchedulingPolicy {
  public:
   MeridianPolicy(const SchedulerOptions& options, StepCostModel model, StepLimits limits, KvPool& pool)
-      : scheduler_(options, model), limits_(limits), pool_(pool) {}
+      : scheduler_(options, model), limits_(limits), pool_(pool) {
+    // The prefix cache is consulted at admission, as vLLM does: a new
+    // request's prompt, and a recompute victim's own blocks on re-admission.
+    scheduler_.set_prefix_lookup([this](RequestId id, std::uint32_t tokens) {
+      if (id >= looked_up_.size()) looked_up_.resize(id + 1, false);
+      const bool first = !looked_up_[id];
+      looked_up_[id] = true;
+      return pool_.attach_prefix(id, tokens, first);
+    });
+  }
 
   void add(const NewRequest& request, std::int32_t /*priority*/) override { scheduler_.add(request); }
   void set_phase(RequestId id, Phase phase) override { scheduler_.set_phase(id, phase); }
   void finish(RequestId id) override { scheduler_.finish(id); }
-  bool looks_up_prefix_at_arrival() const override { return true; }
+  bool looks_up_prefix_at_arrival() const override { return false; }
   bool tiered_kv() const override { return true; }
 
   const EngineStep& plan(std::int64_t now_ns) override {
@@ -71,6 +81,7 @@ class MeridianPolicy final : public SchedulingPolicy {
   KvPool& pool_;
   EngineStep step_;
   std::vector<RequestId> not_run_;
+  std::vector<bool> looked_up_;  // by request id: the first lookup counts in the prompt hit rate
 };
 
 }  // namespace

@@ -31,6 +31,12 @@ struct MiniRequestStats {
   bool aborted = false;
   std::int64_t last_token_ns = -1;
   std::int64_t max_think_gap_ns = 0;
+  std::int64_t first_token_ns = -1;
+  std::int64_t last_think_ns = -1;  ///< time of the last think token
+  /// Mean gap between think tokens, (last - first) / (think - 1): the SLO's think TPOT.
+  [[nodiscard]] double mean_think_gap_ns(std::uint32_t think) const {
+    return think < 2 ? 0.0 : static_cast<double>(last_think_ns - first_token_ns) / (think - 1);
+  }
   std::int64_t max_answer_gap_ns = 0;
   std::uint64_t last_token_step = 0;
   std::uint64_t max_answer_gap_steps = 0;
@@ -151,6 +157,8 @@ class MiniEngine {
         st.max_answer_gap_steps = std::max(st.max_answer_gap_steps, steps_ - st.last_token_step);
       }
     }
+    if (st.first_token_ns < 0) st.first_token_ns = now_ns_;
+    if (thinking) st.last_think_ns = now_ns_;
     st.last_token_ns = now_ns_;
     st.last_token_step = steps_;
     ++st.tokens;
