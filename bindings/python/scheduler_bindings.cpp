@@ -155,8 +155,7 @@ void bind_scheduler_class(nb::module_& m) {
       .def_rw("preempt_readmit_guard_steps", &SchedulerOptions::preempt_readmit_guard_steps)
       .def_rw("fabric_offload", &SchedulerOptions::fabric_offload)
       .def_rw("block_tokens", &SchedulerOptions::block_tokens)
-      .def_rw("total_kv_blocks", &SchedulerOptions::total_kv_blocks)
-      .def_rw("think_kv_block_limit", &SchedulerOptions::think_kv_block_limit);
+      .def_rw("total_kv_blocks", &SchedulerOptions::total_kv_blocks);
 
   nb::class_<RequestView> view(m, "RequestView");
   nb::enum_<RequestView::State>(view, "State")

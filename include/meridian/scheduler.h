@@ -34,7 +34,8 @@ struct StepLimits {
   std::uint32_t max_sequences = 256;  ///< max requests in the step (max_num_seqs)
   /// KV blocks obtainable without preempting anyone (free + evictable cache).
   std::uint64_t free_kv_blocks = std::numeric_limits<std::uint64_t>::max();
-  /// ThinkActive blocks still allowed under think_phase_memory_fraction.
+  /// ThinkActive blocks below the soft think share (KvBlockUsage::think_headroom());
+  /// 0 holds back new reasoning admissions while the pool is short (ADR-0015).
   std::uint64_t free_think_kv_blocks = std::numeric_limits<std::uint64_t>::max();
 };
 
@@ -139,10 +140,9 @@ struct SchedulerOptions {
   bool fabric_offload = false;  ///< victims are offloaded instead of recomputed/swapped
   std::uint32_t block_tokens = 16;
   std::uint64_t total_kv_blocks = std::numeric_limits<std::uint64_t>::max();  ///< admission check
-  std::uint64_t think_kv_block_limit = std::numeric_limits<std::uint64_t>::max();
 
   /// From [scheduler], [kv_memory] and [disagg]; total_kv_blocks is the
-  /// engine's block count (the think limit follows think_phase_memory_fraction).
+  /// engine's block count.
   static SchedulerOptions from_config(const MeridianConfig& config, std::uint64_t total_kv_blocks);
 };
 

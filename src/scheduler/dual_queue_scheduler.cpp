@@ -45,7 +45,6 @@ SchedulerOptions SchedulerOptions::from_config(const MeridianConfig& config, std
   o.fabric_offload = config.disagg.enabled && config.disagg.fabric != FabricKind::kNone;
   o.block_tokens = config.kv_memory.block_tokens;
   o.total_kv_blocks = total_kv_blocks;
-  o.think_kv_block_limit = think_block_limit(config.kv_memory.think_phase_memory_fraction, total_kv_blocks);
   return o;
 }
 
@@ -212,10 +211,12 @@ struct DualQueueScheduler::Impl {
     std::uint64_t got_think = free_think;
     chosen.clear();
     auto satisfied = [&] { return got >= need && got_think >= need_think; };
-    auto scan = [&](std::uint8_t q) {
+    // `phase`: only victims in that phase (kComplete: any).
+    auto scan = [&](std::uint8_t q, Phase phase) {
       for (std::uint32_t s = table.front(q); s != kNil && !satisfied() && chosen.size() < victims_left;
            s = table.at(s).next) {
         const Slot& r = table.at(s);
+        if (phase != Phase::kComplete && r.phase != phase) continue;
         if (!candidate(s, requester)) continue;
         // A victim that frees nothing the shortfall needs would only waste the
         // cap. While ThinkActive blocks are short, only their holders help
@@ -227,14 +228,24 @@ struct DualQueueScheduler::Impl {
         got_think += r.think_blocks;
       }
     };
-    // Partial prefills first: prefill lanes do not keep them a prefix of their queue.
-    scan(Queue::kResumeQueue);
-    scan(Queue::kWaitQueue);
-    // Running think requests: least progress lost first (the shortest
-    // context, then the newest), as vLLM takes its newest request.
+    // Think-phase work first, answer-phase last (ADR-0015): reasoning partial
+    // prefills (they are not a prefix of their queue under prefill lanes),
+    // then running think requests, least progress lost first (the shortest
+    // context, then the newest, as vLLM takes its newest request); only then
+    // answer-phase partial prefills (a chat prompt not yet streaming), and
+    // streaming answers only for an answer-phase requester.
+    scan(Queue::kResumeQueue, Phase::kThinkDecode);
+    scan(Queue::kWaitQueue, Phase::kThinkDecode);
     think_victims.clear();
+    bool think_holders = false;  // running think requests holding KV that this requester may not take
     for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
-      if (candidate(s, requester) && held_blocks(table.at(s)) > 0) think_victims.push_back(s);
+      const Slot& r = table.at(s);
+      if (s == requester || in_batch(r) || held_blocks(r) == 0) continue;
+      if (candidate(s, requester)) {
+        think_victims.push_back(s);
+      } else {
+        think_holders = true;
+      }
     }
     std::sort(think_victims.begin(), think_victims.end(), [&](std::uint32_t a, std::uint32_t b) {
       const Slot& x = table.at(a);
@@ -247,7 +258,16 @@ struct DualQueueScheduler::Impl {
       got += held_blocks(table.at(s));
       got_think += table.at(s).think_blocks;
     }
-    if (answer_victims) scan(Queue::kOutputQueue);
+    // A think requester takes an answer-phase partial prefill only when no
+    // think request holds KV at all (the older ones it may not take will
+    // progress first); without that last resort a lone think request and a
+    // stuck chat prefill could wait for each other.
+    const bool think_requester = table.at(requester).phase == Phase::kThinkDecode;
+    if (!(think_requester && think_holders)) {
+      scan(Queue::kResumeQueue, Phase::kOutputDecode);
+      scan(Queue::kWaitQueue, Phase::kOutputDecode);
+    }
+    if (answer_victims) scan(Queue::kOutputQueue, Phase::kComplete);
     if (!satisfied()) return false;
     for (std::uint32_t s : chosen) preempt(s);
     return true;

@@ -73,6 +73,7 @@ class MiniEngine {
     limits.free_think_kv_blocks = u.think_headroom();
     const StepPlan& plan = scheduler_.schedule(limits, now_ns_);
     ++steps_;
+    check_answer_victims(plan);
     for (const Preemption& p : plan.preemptions) {
       const ReleaseKind kind = p.mode == ReclaimMode::kRecompute ? ReleaseKind::kRecompute
                                : p.mode == ReclaimMode::kSwap    ? ReleaseKind::kSwap
@@ -116,6 +117,12 @@ class MiniEngine {
     return true;
   }
 
+  /// Steps in which an answer-phase request was preempted although a running
+  /// think-phase request outside the batch held KV (ADR-0015 forbids it).
+  [[nodiscard]] std::uint64_t answer_preemptions_with_think_victims() const {
+    return answer_with_think_victim_;
+  }
+
   /// Runs until every submitted request finished or `max_steps` passed.
   bool run(std::uint64_t max_steps) {
     while (steps_ < max_steps) {
@@ -141,6 +148,24 @@ class MiniEngine {
           {r.id, r.think > 0 ? Phase::kThinkDecode : Phase::kOutputDecode, r.prompt, 0, r.arrival_ns});
       stats_[r.id];
       pending_.erase(pending_.begin());
+    }
+  }
+
+  void check_answer_victims(const StepPlan& plan) {
+    const bool answer_preempted =
+        std::any_of(plan.preemptions.begin(), plan.preemptions.end(),
+                    [](const Preemption& p) { return p.phase == Phase::kOutputDecode; });
+    if (!answer_preempted) return;
+    for (const auto& [id, spec] : specs_) {
+      const auto v = scheduler_.view(id);
+      if (!v || v->state != RequestView::State::kRunning || v->phase != Phase::kThinkDecode) continue;
+      if (v->context_tokens == 0) continue;
+      const bool in_batch = std::any_of(plan.work.begin(), plan.work.end(),
+                                        [id = id](const ScheduledWork& w) { return w.id == id; });
+      if (!in_batch) {
+        ++answer_with_think_victim_;
+        return;
+      }
     }
   }
 
@@ -173,6 +198,7 @@ class MiniEngine {
     }
   }
 
+  std::uint64_t answer_with_think_victim_ = 0;
   StepCostModel truth_;
   DualQueueScheduler scheduler_;
   KvBlockManager blocks_;

@@ -194,11 +194,9 @@ RC_GTEST_PROP(SchedulerProperty, EveryRequestFinishesUnderMemoryPressure, ()) {
   // With a fabric, running victims are offloaded and later swapped back in.
   o.fabric_offload = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
   o.total_kv_blocks = blocks;
-  o.think_kv_block_limit = static_cast<std::uint64_t>(think_fraction * blocks);
   for (const MiniRequest& r : w.requests) {
     // Every request fits alone, or it would (correctly) be aborted.
     RC_PRE((r.prompt + r.think + r.answer) / 16 + 2 <= blocks);
-    RC_PRE(r.think / 16 + 2 <= o.think_kv_block_limit);
   }
   StepLimits limits;
   limits.max_sequences = *rc::gen::inRange<std::uint32_t>(4, 64);
@@ -239,6 +237,7 @@ RC_GTEST_PROP(SchedulerProperty, EveryRequestFinishesUnderMemoryPressure, ()) {
   const KvBlockUsage u = engine.blocks().usage();
   for (std::size_t t = 0; t < kBlockTierCount; ++t) RC_ASSERT(u.live_blocks[t] == 0U);
   RC_ASSERT(engine.scheduler().size() == 0U);
+  RC_ASSERT(engine.answer_preemptions_with_think_victims() == 0U);
   const auto& preemptions = engine.scheduler().counters().preemptions;
   RC_TAG(preemptions[2] > 0                    ? "offloaded"
          : preemptions[0] + preemptions[1] > 0 ? "preempted"
@@ -248,9 +247,8 @@ RC_GTEST_PROP(SchedulerProperty, EveryRequestFinishesUnderMemoryPressure, ()) {
 TEST(SchedulerProperty, ARequestThatCanNeverFitIsAbortedNotHung) {
   SchedulerOptions o = base_options();
   o.total_kv_blocks = 4;
-  o.think_kv_block_limit = 2;
   MiniEngine engine(o, kH100, kv_options(4, 0.5), StepLimits{});
-  engine.submit({1, 16, 200, 8, 0});  // its reasoning outgrows the 2-block think cap
+  engine.submit({1, 16, 200, 8, 0});  // its reasoning outgrows the whole 4-block pool
   EXPECT_TRUE(engine.run(10'000));
   EXPECT_TRUE(engine.stats().at(1).aborted);
   EXPECT_EQ(engine.scheduler().counters().aborted, 1U);
