@@ -49,11 +49,11 @@ struct SchedulerConfig {
 /// [entropy]: entropy probe and convergence / overthinking thresholds.
 struct EntropyConfig {
   bool enabled = true;                           ///< false: hard-cap forcing only.
-  double ema_alpha = 0.05;                       ///< (0, 1]
-  double rpdi_threshold = 3.0;                   ///< > 1
+  double ema_alpha = 0.2;                        ///< (0, 1]; ADR-0016 (the seeds: 0.05)
+  double rpdi_threshold = 5.0;                   ///< > 1; ADR-0016 (the seeds: 3.0)
   double eat_ema_variance_threshold = 0.001;     ///< > 0 (nats^2)
   double transition_entropy_threshold = 2.5;     ///< > 0 (nats)
-  std::uint32_t eat_probe_interval_tokens = 32;  ///< >= 1
+  std::uint32_t eat_probe_interval_tokens = 16;  ///< >= 1; ADR-0016 (the seeds: 32)
   std::uint32_t eat_min_samples = 16;            ///< >= 2; EAT samples before convergence can fire
   std::uint32_t rpdi_window_tokens = 128;        ///< >= 1; sampled think tokens in the local window
   std::uint32_t rpdi_min_samples = 512;          ///< >= rpdi_window_tokens; before overthinking can fire

@@ -622,6 +622,8 @@ ReplayResult Engine::summarize() {
   put("preemptions_swap", static_cast<double>(preemptions_[1]));
   put("preempted_answer_phase", static_cast<double>(preempted_answer_));
   put("answer_phase_evicted_blocks", static_cast<double>(answer_blocks_evicted_));
+  const auto preempted = static_cast<double>(preemptions_[0] + preemptions_[1] + preemptions_[2]);
+  put("preemptions_per_completed", finished_ > 0 ? preempted / static_cast<double>(finished_) : preempted);
   const auto lookups = static_cast<double>(pool_.prompt_lookup_blocks());
   put("prefix_hit_rate", lookups > 0 ? static_cast<double>(pool_.prompt_hit_blocks()) / lookups : 0);
   const auto generated = static_cast<double>(think_tokens_total_ + output_tokens_total_);

@@ -113,6 +113,7 @@ const std::vector<MetricInfo>& metric_catalog() {
       {"preemptions_swap", Better::kLower, "preemptions by swap"},
       {"preempted_answer_phase", Better::kLower, "answer-phase preemptions"},
       {"answer_phase_evicted_blocks", Better::kLower, "answer-phase KV blocks evicted"},
+      {"preemptions_per_completed", Better::kLower, "preemptions per completed request (thrash)"},
       {"prefix_hit_rate", Better::kHigher, "prompt prefix-hit rate"},
       // In a closed-loop run below saturation these measure demand, not
       // capacity (forcing lowers them by construction); capacity is goodput.

@@ -299,18 +299,20 @@ std::vector<ParetoSetting> default_pareto_settings(const MeridianConfig& config)
     out.push_back(s);
   };
   const EntropyConfig& e = config.entropy;
-  meridian(fmt::format("configured (rpdi {}, alpha {})", e.rpdi_threshold, e.ema_alpha),
+  meridian(fmt::format("configured (rpdi {}, alpha {}, probe {})", e.rpdi_threshold, e.ema_alpha,
+                       e.eat_probe_interval_tokens),
            [](EntropyConfig&) {});
-  meridian("rpdi 4.0", [](EntropyConfig& c) { c.rpdi_threshold = 4.0; });
-  meridian("rpdi 5.0", [](EntropyConfig& c) { c.rpdi_threshold = 5.0; });
-  meridian("eat fast (alpha 0.2, probe 16)", [](EntropyConfig& c) {
-    c.ema_alpha = 0.2;
-    c.eat_probe_interval_tokens = 16;
+  // The original Meridian's thresholds (ADR-0016 changed them), and each change alone.
+  meridian("seeds' (rpdi 3, alpha 0.05, probe 32)", [](EntropyConfig& c) {
+    c.rpdi_threshold = 3.0;
+    c.ema_alpha = 0.05;
+    c.eat_probe_interval_tokens = 32;
   });
-  meridian("eat fast + rpdi 5.0", [](EntropyConfig& c) {
-    c.ema_alpha = 0.2;
-    c.eat_probe_interval_tokens = 16;
-    c.rpdi_threshold = 5.0;
+  meridian("rpdi 3 (the paper's)", [](EntropyConfig& c) { c.rpdi_threshold = 3.0; });
+  meridian("rpdi 4", [](EntropyConfig& c) { c.rpdi_threshold = 4.0; });
+  meridian("slow EAT (alpha 0.05, probe 32)", [](EntropyConfig& c) {
+    c.ema_alpha = 0.05;
+    c.eat_probe_interval_tokens = 32;
   });
   return out;
 }

@@ -34,11 +34,11 @@ TEST(Config, DefaultsMatchTheReference) {
   EXPECT_EQ(c.scheduler.force_reissue_grace_steps, 1U);
   EXPECT_EQ(c.scheduler.reap_idle_after_s, 60.0);
   EXPECT_TRUE(c.entropy.enabled);
-  EXPECT_EQ(c.entropy.ema_alpha, 0.05);
-  EXPECT_EQ(c.entropy.rpdi_threshold, 3.0);
+  EXPECT_EQ(c.entropy.ema_alpha, 0.2);
+  EXPECT_EQ(c.entropy.rpdi_threshold, 5.0);
   EXPECT_EQ(c.entropy.eat_ema_variance_threshold, 0.001);
   EXPECT_EQ(c.entropy.transition_entropy_threshold, 2.5);
-  EXPECT_EQ(c.entropy.eat_probe_interval_tokens, 32U);
+  EXPECT_EQ(c.entropy.eat_probe_interval_tokens, 16U);
   EXPECT_FALSE(c.kv_memory.aggressive_think_eviction);
   EXPECT_EQ(c.kv_memory.think_phase_memory_fraction, 0.40);
   EXPECT_EQ(c.kv_memory.block_size_bytes, 16384U);
@@ -183,7 +183,7 @@ TEST(Config, OnlyModelPrintsOneModel) {
 
 TEST(Config, JsonHasTheSameShape) {
   const auto json = nlohmann::json::parse(to_json(MeridianConfig::defaults()));
-  EXPECT_EQ(json["entropy"]["ema_alpha"], 0.05);
+  EXPECT_EQ(json["entropy"]["ema_alpha"], 0.2);
   EXPECT_EQ(json["kv_memory"]["capacity_bytes"], "auto");
   EXPECT_EQ(json["disagg"]["fabric"], "none");
   EXPECT_EQ(json["model"]["qwen3"]["think_end_token_ids"], nlohmann::json::array({151668}));

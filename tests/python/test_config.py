@@ -14,7 +14,7 @@ def test_package_is_the_installed_extension_not_the_source_tree():
 def test_defaults_and_presets():
     cfg = meridian.MeridianConfig.defaults()
     assert cfg.scheduler.max_think_tokens == 32768
-    assert cfg.entropy.ema_alpha == pytest.approx(0.05)
+    assert cfg.entropy.ema_alpha == pytest.approx(0.2)
     assert cfg.kv_memory.capacity_bytes is None  # "auto"
     assert cfg.disagg.fabric == meridian.FabricKind.NONE
     assert cfg.model_names == ["deepseek_r1", "deepseek_r1_distill_qwen", "granite_3_2", "qwen3"]
