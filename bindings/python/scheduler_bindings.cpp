@@ -11,6 +11,7 @@
 #include "meridian/kv_block_manager.h"
 #include "meridian/scheduler.h"
 #include "meridian/step_cost_model.h"
+#include "meridian/step_driver.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -306,6 +307,23 @@ void bind_block_manager(nb::module_& m) {
   m.def("think_block_limit", &think_block_limit, "think_phase_memory_fraction"_a, "total_blocks"_a);
 }
 
+// The scheduler and the block manager must outlive the driver: keep_alive ties them to it.
+void bind_step_driver(nb::module_& m) {
+  m.def("release_kind", &release_kind, "mode"_a);
+  nb::class_<StepDriver>(m, "StepDriver")
+      .def(nb::init<DualQueueScheduler&, KvBlockManager&>(), "scheduler"_a, "kv"_a, nb::keep_alive<1, 2>(),
+           nb::keep_alive<1, 3>())
+      .def(
+          "plan",
+          [](StepDriver& d, const StepLimits& limits, std::int64_t now_ns) {
+            return StepPlan(d.plan(limits, now_ns));
+          },
+          "limits"_a, "now_ns"_a)
+      .def_prop_ro("not_run", &StepDriver::not_run)
+      .def_prop_ro("released_blocks", &StepDriver::released_blocks)
+      .def("complete", &StepDriver::complete, "observed_ms"_a, "end_ns"_a);
+}
+
 }  // namespace
 
 void bind_scheduler(nb::module_& m) {
@@ -313,6 +331,7 @@ void bind_scheduler(nb::module_& m) {
   bind_plan_types(m);
   bind_scheduler_class(m);
   bind_block_manager(m);
+  bind_step_driver(m);
 }
 
 }  // namespace meridian::python

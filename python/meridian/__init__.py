@@ -46,6 +46,7 @@ from ._meridian import (
     SchedulerOptions,
     StepCostCoefficients,
     StepCostModel,
+    StepDriver,
     StepLimits,
     StepPlan,
     StepStats,
@@ -57,6 +58,7 @@ from ._meridian import (
     find_default_config_file,
     parse_config,
     prompt_disables_thinking,
+    release_kind,
     think_block_limit,
     __version__,
 )
@@ -100,6 +102,7 @@ __all__ = [
     "SchedulerOptions",
     "StepCostCoefficients",
     "StepCostModel",
+    "StepDriver",
     "StepLimits",
     "StepPlan",
     "StepStats",
@@ -112,6 +115,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "prompt_disables_thinking",
+    "release_kind",
     "think_block_limit",
     "__version__",
 ]

@@ -1,29 +1,28 @@
-// Meridian in the replay engine: the real DualQueueScheduler plans each step
-// against the real KvBlockManager's free and think-headroom counts; its
-// preemptions are carried out on the pool (recompute keeps hashed blocks
-// cached, swap and offload free them) and each item's blocks are allocated
-// in their tier (answer/prompt OutputCritical, reasoning ThinkActive).
+// Meridian in the replay engine: the real DualQueueScheduler, driven by the
+// core StepDriver over the real KvBlockManager (plan against the pool's
+// counts, preemptions released on the pool — recompute keeps hashed blocks
+// cached, swap and offload free them — and each item's blocks allocated in
+// its tier: answer/prompt OutputCritical, reasoning ThinkActive).
 #include <algorithm>
+#include <span>
 #include <vector>
 
+#include "meridian/step_driver.h"
 #include "sim/policy.h"
 
 namespace meridian::sim::detail {
 namespace {
 
-ReleaseKind release_kind(ReclaimMode mode) {
-  switch (mode) {
-    case ReclaimMode::kRecompute: return ReleaseKind::kRecompute;
-    case ReclaimMode::kSwap: return ReleaseKind::kSwap;
-    case ReclaimMode::kOffload: return ReleaseKind::kOffload;
-  }
-  return ReleaseKind::kRecompute;
-}
-
 class MeridianPolicy final : public SchedulingPolicy {
  public:
   MeridianPolicy(const SchedulerOptions& options, StepCostModel model, StepLimits limits, KvPool& pool)
-      : scheduler_(options, model), limits_(limits), pool_(pool) {
+      : scheduler_(options, model),
+        limits_(limits),
+        pool_(pool),
+        driver_(scheduler_, pool.kv(),
+                [&pool](RequestId id, std::uint32_t first, std::span<std::uint64_t> out) {
+                  for (std::uint32_t i = 0; i < out.size(); ++i) out[i] = pool.hash(id, first + i);
+                }) {
     // The prefix cache is consulted at admission, as vLLM does: a new
     // request's prompt, and a recompute victim's own blocks on re-admission.
     scheduler_.set_prefix_lookup([this](RequestId id, std::uint32_t tokens) {
@@ -43,26 +42,16 @@ class MeridianPolicy final : public SchedulingPolicy {
   const EngineStep& plan(std::int64_t now_ns) override {
     step_.items.clear();
     step_.preempted.clear();
-    step_.aborted.clear();
-    not_run_.clear();
-    const KvBlockUsage usage = pool_.kv().usage();
-    StepLimits limits = limits_;
-    limits.free_kv_blocks = usage.allocatable_blocks;
-    limits.free_think_kv_blocks = usage.think_headroom();
-    const StepPlan& plan = scheduler_.schedule(limits, now_ns);
-    for (Preemption p : plan.preemptions) {
-      p.blocks = pool_.held(p.id);  // what is actually taken away, for the report
-      pool_.kv().release(p.id, release_kind(p.mode), p.phase == Phase::kOutputDecode);
+    const StepPlan& plan = driver_.plan(limits_, now_ns);
+    for (std::size_t i = 0; i < plan.preemptions.size(); ++i) {
+      Preemption p = plan.preemptions[i];
+      p.blocks = driver_.released_blocks()[i];  // what was actually taken away, for the report
       step_.preempted.push_back(p);
     }
     step_.aborted = plan.aborted;
+    const std::vector<RequestId>& not_run = driver_.not_run();
     for (const ScheduledWork& w : plan.work) {
-      const std::uint32_t answer_blocks = w.new_blocks - w.new_think_blocks;
-      if (!pool_.allocate(w.id, BlockTier::kOutputCritical, answer_blocks) ||
-          !pool_.allocate(w.id, BlockTier::kThinkActive, w.new_think_blocks)) {
-        not_run_.push_back(w.id);
-        continue;
-      }
+      if (std::find(not_run.begin(), not_run.end(), w.id) != not_run.end()) continue;
       const bool samples = w.kind != WorkKind::kPrefill || w.completes_prefill;
       step_.items.push_back({w.id, w.kind, w.tokens, w.context_tokens, samples});
     }
@@ -73,14 +62,14 @@ class MeridianPolicy final : public SchedulingPolicy {
     return step_;
   }
 
-  void complete(double ms, std::int64_t end_ns) override { scheduler_.complete_step(ms, end_ns, not_run_); }
+  void complete(double ms, std::int64_t end_ns) override { driver_.complete(ms, end_ns); }
 
  private:
   DualQueueScheduler scheduler_;
   StepLimits limits_;
   KvPool& pool_;
+  StepDriver driver_;
   EngineStep step_;
-  std::vector<RequestId> not_run_;
   std::vector<bool> looked_up_;  // by request id: the first lookup counts in the prompt hit rate
 };
 

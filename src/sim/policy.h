@@ -36,6 +36,8 @@ class KvPool {
   }
   [[nodiscard]] KvBlockManager& kv() { return kv_; }
   [[nodiscard]] std::uint32_t block_tokens() const { return block_tokens_; }
+  /// Content hash of block `index` of request `id`.
+  [[nodiscard]] std::uint64_t hash(RequestId id, std::uint32_t index) const { return hash_(id, index); }
   [[nodiscard]] std::uint64_t prompt_lookup_blocks() const { return lookup_blocks_; }
   [[nodiscard]] std::uint64_t prompt_hit_blocks() const { return hit_blocks_; }
 

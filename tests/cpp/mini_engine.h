@@ -14,6 +14,7 @@
 
 #include "meridian/kv_block_manager.h"
 #include "meridian/scheduler.h"
+#include "meridian/step_driver.h"
 
 namespace meridian::testing {
 
@@ -50,7 +51,8 @@ class MiniEngine {
       : truth_(truth, false, 1.0),
         scheduler_(sched, StepCostModel(truth, learn, 0.98)),
         blocks_(kv),
-        limits_(limits) {}
+        limits_(limits),
+        driver_(scheduler_, blocks_) {}
 
   void submit(const MiniRequest& r) {
     auto at = std::upper_bound(pending_.begin(), pending_.end(), r.arrival_ns,
@@ -67,34 +69,17 @@ class MiniEngine {
       now_ns_ = std::max(now_ns_, pending_.front().arrival_ns);
       admit();
     }
-    const KvBlockUsage u = blocks_.usage();
-    StepLimits limits = limits_;
-    limits.free_kv_blocks = u.allocatable_blocks;
-    limits.free_think_kv_blocks = u.think_headroom();
-    const StepPlan& plan = scheduler_.schedule(limits, now_ns_);
+    // The core driver: plan against the pool, release victims, allocate per tier.
+    const StepPlan& plan = driver_.plan(limits_, now_ns_);
     ++steps_;
     check_answer_victims(plan);
-    for (const Preemption& p : plan.preemptions) {
-      const ReleaseKind kind = p.mode == ReclaimMode::kRecompute ? ReleaseKind::kRecompute
-                               : p.mode == ReclaimMode::kSwap    ? ReleaseKind::kSwap
-                                                                 : ReleaseKind::kOffload;
-      blocks_.release(p.id, kind, p.phase == Phase::kOutputDecode);
-      ++stats_[p.id].preemptions;
-    }
+    for (const Preemption& p : plan.preemptions) ++stats_[p.id].preemptions;
     for (RequestId id : plan.aborted) {
       blocks_.release(id, ReleaseKind::kAbort);
       stats_[id].aborted = true;
     }
-    std::vector<RequestId> not_run;
-    for (const ScheduledWork& w : plan.work) {
-      const std::uint32_t oc = w.new_blocks - w.new_think_blocks;
-      const bool ok = blocks_.allocate(w.id, BlockTier::kOutputCritical, oc).ok() &&
-                      blocks_.allocate(w.id, BlockTier::kThinkActive, w.new_think_blocks).ok();
-      if (!ok) {
-        ++allocation_failures_;
-        not_run.push_back(w.id);
-      }
-    }
+    const std::vector<RequestId> not_run = driver_.not_run();
+    allocation_failures_ += not_run.size();
     if (plan.work.empty()) {
       ++idle_steps_;
       // Nothing runnable: jump to the next arrival if there is one.
@@ -102,13 +87,13 @@ class MiniEngine {
       const double ms = truth_.predict_ms(0, 0);
       now_ns_ += static_cast<std::int64_t>(ms * 1e6);
       if (!pending_.empty()) now_ns_ = std::max(now_ns_, pending_.front().arrival_ns);
-      scheduler_.complete_step(ms, now_ns_, {});
+      driver_.complete(ms, now_ns_);
       return true;
     }
     const double ms = truth_.predict_ms(plan.stats.total_tokens, plan.stats.kv_tokens);
     now_ns_ += static_cast<std::int64_t>(ms * 1e6);
     last_plan_ = plan;
-    scheduler_.complete_step(ms, now_ns_, not_run);
+    driver_.complete(ms, now_ns_);
     for (const ScheduledWork& w : last_plan_.work) {
       if (std::find(not_run.begin(), not_run.end(), w.id) != not_run.end()) continue;
       if (w.kind == WorkKind::kPrefill && !w.completes_prefill) continue;
@@ -203,6 +188,7 @@ class MiniEngine {
   DualQueueScheduler scheduler_;
   KvBlockManager blocks_;
   StepLimits limits_;
+  StepDriver driver_;
   std::vector<MiniRequest> pending_;  // sorted by arrival
   std::map<RequestId, MiniRequest> specs_;
   std::map<RequestId, MiniRequestStats> stats_;

@@ -33,23 +33,21 @@ def engine_parts(num_blocks=1024, config_text=""):
 
 
 def run_step(sched, kv, now_ns, limits=None):
-    """One engine step; returns the plan and the new clock."""
-    limits = limits or StepLimits()
-    usage = kv.usage
-    limits.free_kv_blocks = usage.allocatable_blocks
-    limits.free_think_kv_blocks = usage.think_headroom
-    plan = sched.schedule(limits, now_ns)
-    for p in plan.preemptions:
-        kind = {ReclaimMode.RECOMPUTE: ReleaseKind.RECOMPUTE, ReclaimMode.SWAP: ReleaseKind.SWAP,
-                ReclaimMode.OFFLOAD: ReleaseKind.OFFLOAD}[p.mode]
-        kv.release(p.request_id, kind, answer_phase=p.phase == Phase.OUTPUT_DECODE)
-    for w in plan.work:
-        assert kv.allocate(w.request_id, BlockTier.OUTPUT_CRITICAL, w.new_blocks - w.new_think_blocks)
-        assert kv.allocate(w.request_id, BlockTier.THINK_ACTIVE, w.new_think_blocks)
+    """One engine step through the core driver; returns the plan and the new clock."""
+    driver = meridian.StepDriver(sched, kv)
+    plan = driver.plan(limits or StepLimits(), now_ns)
+    assert driver.not_run == []  # the scheduler's block accounting matches the pool's
+    assert len(driver.released_blocks) == len(plan.preemptions)
     took_ms = plan.stats.predicted_step_ms
     now_ns += int(took_ms * 1e6)
-    sched.complete_step(took_ms, now_ns)
+    driver.complete(took_ms, now_ns)
     return plan, now_ns
+
+
+def test_release_kind_maps_every_reclaim_mode():
+    assert meridian.release_kind(ReclaimMode.RECOMPUTE) == ReleaseKind.RECOMPUTE
+    assert meridian.release_kind(ReclaimMode.SWAP) == ReleaseKind.SWAP
+    assert meridian.release_kind(ReclaimMode.OFFLOAD) == ReleaseKind.OFFLOAD
 
 
 def test_router_scheduler_and_blocks_together():
