@@ -77,6 +77,9 @@ constexpr std::uint32_t kGrowthHorizonTokens = 128;
 // Answer-active steps aim this far below the output TPOT budget: the learned
 // step model is an estimate, and due work and the prefill floor ride on top.
 constexpr double kOutputCeilingShare = 0.9;
+// Prefill borrows the unused ceiling of about this many recent steps (the
+// step-time EWMA's horizon at alpha 0.25).
+constexpr double kPrefillSlackSteps = 4.0;
 // Backstop of the think guarantee: no single think gap beyond this many budgets.
 constexpr double kMaxGapBudgets = 4.0;
 // Memory pressure ends once this share of the pool (1/50 = 2%) is free beyond
@@ -640,7 +643,11 @@ struct DualQueueScheduler::Impl {
     st.think_batch = st.due_think;
     decode_optional_think(table.front(Queue::kThinkQueue), output_active, st.step_ceiling_ms,
                           st.think_batch_cap, floor_tokens);
-    prefill(st.step_ceiling_ms);
+    // Prefill may borrow what recent steps left unused below the ceiling: the
+    // answer SLO bounds the *mean* gap, so one longer step after a few short
+    // ones keeps it, and a prompt finishes in fewer steps (TTFT).
+    const double slack_ms = recent_step_ms > 0 ? std::max(0.0, st.step_ceiling_ms - recent_step_ms) : 0.0;
+    prefill(st.step_ceiling_ms + kPrefillSlackSteps * slack_ms);
     finalize();
     plan_pending = true;
     return plan;
