@@ -64,6 +64,8 @@ void BM_ProbeStreamRead(benchmark::State& state) {
     benchmark::DoNotOptimize(meridian::stream_read_sum(logits.data(), logits.size() * sizeof(float)));
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(logits.size() * sizeof(float)));
+  // Rows read, like the kernels' items: run_microbench.py compares them per row.
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(rows));
 }
 BENCHMARK(BM_ProbeStreamRead)->Arg(1)->Arg(16)->Unit(benchmark::kMicrosecond);
 
