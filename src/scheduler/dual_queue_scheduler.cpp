@@ -385,19 +385,13 @@ struct DualQueueScheduler::Impl {
   // request plus the prefill floor. Due requests are scattered over the think
   // queue (it is ordered by last token, the mean depends on each request's
   // history), so the whole queue is scanned.
+  // Each request carries its deadline (think_deadline()), so the scan is one
+  // comparison per request.
   void decode_due_think(std::int64_t now_ns, double floor_ms) {
-    const double budget_ms = opt.think_tpot_budget_ms;
     constexpr double kSteps = 2 + kNextStepMargin;
-    const double horizon_ms = kSteps * floor_ms;
-    const double max_wait_ns = (kMaxGapBudgets * budget_ms - horizon_ms) / kNsToMs;
+    const std::int64_t horizon_end_ns = now_ns + static_cast<std::int64_t>(kSteps * floor_ms / kNsToMs);
     auto is_due = [&](const Slot& r) {
-      const auto waited_ns = static_cast<double>(now_ns - r.last_token_ns);
-      if (waited_ns > max_wait_ns) return true;
-      if (r.stalled_step != 0 && r.stalled_step + 1 == step) return true;
-      const auto elapsed_ms = static_cast<double>(now_ns - r.first_token_ns) * kNsToMs;
-      // Skipped, its next token comes within the horizon: its mean gap over
-      // the `generated` gaps since its first token would then be this.
-      return elapsed_ms + horizon_ms > budget_ms * static_cast<double>(r.generated);
+      return horizon_end_ns > r.think_deadline_ns || (r.stalled_step != 0 && r.stalled_step + 1 == step);
     };
     for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
       if (seqs_left == 0 || tokens_left == 0) break;
@@ -653,6 +647,17 @@ struct DualQueueScheduler::Impl {
     return plan;
   }
 
+  // When a think request's next token must have come: skipped past it, its
+  // mean gap over the `generated` gaps since its first token would pass the
+  // budget, or this one gap would pass kMaxGapBudgets budgets.
+  [[nodiscard]] std::int64_t think_deadline(const Slot& r) const {
+    const double budget_ns = opt.think_tpot_budget_ms / kNsToMs;
+    const auto by_mean =
+        r.first_token_ns + static_cast<std::int64_t>(budget_ns * static_cast<double>(r.generated));
+    const auto by_gap = r.last_token_ns + static_cast<std::int64_t>(kMaxGapBudgets * budget_ns);
+    return std::min(by_mean, by_gap);
+  }
+
   void complete(double observed_ms, std::int64_t end_ns, std::span<const RequestId> not_run) {
     if (!plan_pending) return;
     plan_pending = false;
@@ -679,6 +684,7 @@ struct DualQueueScheduler::Impl {
       if (w.kind != WorkKind::kPrefill) {
         ++r.generated;
         r.last_token_ns = end_ns;
+        r.think_deadline_ns = think_deadline(r);
         if (running(r)) running_context += w.tokens;
         continue;
       }
@@ -686,6 +692,7 @@ struct DualQueueScheduler::Impl {
       ++r.generated;  // the chunk that completes prefill samples a token
       r.last_token_ns = end_ns;
       if (r.first_token_ns == 0) r.first_token_ns = end_ns;
+      r.think_deadline_ns = think_deadline(r);
       r.guard_until_step = step + std::uint64_t{opt.preempt_readmit_guard_steps} * r.preemptions;
       running_context += r.computed;
       table.push_back(r.phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue, s);

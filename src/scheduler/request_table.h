@@ -46,6 +46,7 @@ struct alignas(64) Slot {
   std::uint32_t next = kNil;
   Phase phase = Phase::kThinkDecode;
   std::uint8_t queue = kNoQueue;
+  std::int64_t think_deadline_ns = 0;  ///< the think guarantee's deadline for the next token (ADR-0015)
   // --- cold ---
   std::int64_t arrival_ns = 0;
   std::uint64_t guard_until_step = 0;  ///< not a preemption victim before this step
