@@ -111,7 +111,6 @@ struct DualQueueScheduler::Impl {
 
   // Per-step budget, reset by schedule().
   std::uint64_t free_blocks = 0;
-  std::uint64_t free_think = 0;        // no wall: stays unlimited (kept for the block arithmetic)
   std::uint64_t think_share_left = 0;  // ThinkActive blocks below the soft share
   std::uint64_t growth_reserve = 0;    // blocks running think requests will need soon (admission watermark)
   std::uint64_t high_watermark = 0;    // free blocks that end memory pressure
@@ -176,7 +175,6 @@ struct DualQueueScheduler::Impl {
     if (kind != WorkKind::kPrefill && r.phase == Phase::kOutputDecode) ++plan.stats.output_batch;
     r.batch_step = step;
     free_blocks -= nb;
-    free_think -= ntb;
     --seqs_left;
     tokens_left -= tokens;
     tok += tokens;
@@ -203,17 +201,14 @@ struct DualQueueScheduler::Impl {
     return !same_tier || table.older(requester, s);
   }
 
-  // Picks victims by tier (partial prefills and think first, answer last) then
-  // LRU, within the per-step cap, until the shortfall is covered. Preempts
-  // nobody unless the whole shortfall can be covered.
-  // Answer-phase victims are allowed only for a running answer-phase requester.
-  bool preempt_for(std::uint32_t requester, std::uint64_t need, std::uint64_t need_think,
-                   bool answer_victims) {
+  // Picks victims in the order below, within the per-step cap, until `need`
+  // blocks are free. Preempts nobody unless the whole shortfall can be
+  // covered. Answer-phase victims only for an answer-phase requester.
+  bool preempt_for(std::uint32_t requester, std::uint64_t need, bool answer_victims) {
     if (!opt.preemption_enabled || victims_left == 0) return false;
     std::uint64_t got = free_blocks;
-    std::uint64_t got_think = free_think;
     chosen.clear();
-    auto satisfied = [&] { return got >= need && got_think >= need_think; };
+    auto satisfied = [&] { return got >= need; };
     // `phase`: only victims in that phase (kComplete: any).
     auto scan = [&](std::uint8_t q, Phase phase) {
       for (std::uint32_t s = table.front(q); s != kNil && !satisfied() && chosen.size() < victims_left;
@@ -221,14 +216,10 @@ struct DualQueueScheduler::Impl {
         const Slot& r = table.at(s);
         if (phase != Phase::kComplete && r.phase != phase) continue;
         if (!candidate(s, requester)) continue;
-        // A victim that frees nothing the shortfall needs would only waste the
-        // cap. While ThinkActive blocks are short, only their holders help
-        // (their blocks count toward both shortfalls).
-        const bool helps = got_think < need_think ? r.think_blocks > 0 : held_blocks(r) > 0;
-        if (!helps) continue;
+        // A victim that frees nothing would only waste the cap.
+        if (held_blocks(r) == 0) continue;
         chosen.push_back(s);
         got += held_blocks(r);
-        got_think += r.think_blocks;
       }
     };
     // Think-phase work first, answer-phase last (ADR-0015): reasoning partial
@@ -259,7 +250,6 @@ struct DualQueueScheduler::Impl {
       if (satisfied() || chosen.size() >= victims_left) break;
       chosen.push_back(s);
       got += held_blocks(table.at(s));
-      got_think += table.at(s).think_blocks;
     }
     // A think requester takes an answer-phase partial prefill only when no
     // think request holds KV at all (the older ones it may not take will
@@ -285,7 +275,6 @@ struct DualQueueScheduler::Impl {
                                                                : ReclaimMode::kRecompute;
     const std::uint32_t held = held_blocks(r);
     free_blocks += held;
-    free_think += r.think_blocks;
     if (was_running) running_context -= r.computed;
     ++r.preemptions;
     plan.preemptions.push_back({r.id, r.phase, mode, held, r.preemptions});
@@ -327,8 +316,8 @@ struct DualQueueScheduler::Impl {
     if (block_boundary(r.computed)) {
       nb = 1;
       ntb = new_think_blocks(r, r.computed, 1);
-      if ((nb > free_blocks || ntb > free_think) &&
-          !(mandatory && may_preempt(r) && preempt_for(s, nb, ntb, r.phase == Phase::kOutputDecode))) {
+      if (nb > free_blocks &&
+          !(mandatory && may_preempt(r) && preempt_for(s, nb, r.phase == Phase::kOutputDecode))) {
         stall(r, nb);
         return false;
       }
@@ -360,7 +349,7 @@ struct DualQueueScheduler::Impl {
       if (seqs_left == 0 || tokens_left == 0) return;
       const std::uint32_t nb = blocks_for(r.computed) + new_blocks(r.computed, 1);
       const std::uint32_t ntb = r.think_blocks + new_think_blocks(r, r.computed, 1);
-      if ((nb > free_blocks || ntb > free_think) && !preempt_for(s, nb, ntb, false)) return;  // FIFO
+      if (nb > free_blocks && !preempt_for(s, nb, false)) return;  // FIFO
       emit(s, WorkKind::kSwapIn, 1, nb, ntb, false, false);
       running_context += r.computed;
       r.guard_until_step = step + std::uint64_t{opt.preempt_readmit_guard_steps} * r.preemptions;
@@ -401,7 +390,7 @@ struct DualQueueScheduler::Impl {
     counters.due_think_decodes += plan.stats.due_think;
   }
 
-  // Largest chunk <= want whose blocks fit the free and think allowances.
+  // Largest chunk <= want whose blocks fit in the free blocks.
   [[nodiscard]] std::uint32_t fit_chunk(const Slot& r, std::uint32_t want) const {
     const std::uint64_t c = r.computed;
     const std::uint64_t bt = opt.block_tokens;
@@ -412,10 +401,7 @@ struct DualQueueScheduler::Impl {
       const std::uint64_t end = (first + allowed) * bt;
       return end > c ? end - c : 0;
     };
-    std::uint64_t cap = limit(blocks_for(c), free_blocks);
-    if (r.phase == Phase::kThinkDecode) {
-      cap = std::min(cap, limit(std::max(blocks_for(c), blocks_for(r.prompt)), free_think));
-    }
+    const std::uint64_t cap = limit(blocks_for(c), free_blocks);
     return static_cast<std::uint32_t>(std::min<std::uint64_t>(want, cap));
   }
 
@@ -516,10 +502,10 @@ struct DualQueueScheduler::Impl {
   }
 
   // Leaves `reserve_tokens` (and one sequence slot) for the prefill floor.
-  void decode_optional_think(std::uint32_t from, bool output_active, double ceiling_ms,
-                             std::uint32_t think_cap, std::uint32_t reserve_tokens) {
+  void decode_optional_think(bool output_active, double ceiling_ms, std::uint32_t think_cap,
+                             std::uint32_t reserve_tokens) {
     const std::uint32_t reserve_seqs = reserve_tokens > 0 ? 1 : 0;
-    for (std::uint32_t s = from; s != kNil; s = table.at(s).next) {
+    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
       if (plan.stats.think_batch >= think_cap || seqs_left <= reserve_seqs || tokens_left <= reserve_tokens) {
         return;
       }
@@ -595,7 +581,6 @@ struct DualQueueScheduler::Impl {
     last_served.fill(kNil);
     served_out_of_order = false;
     free_blocks = limits.free_kv_blocks;
-    free_think = std::numeric_limits<std::uint64_t>::max() / 2;  // no wall; halved so += cannot wrap
     think_share_left = limits.free_think_kv_blocks;
     tokens_left = limits.token_budget;
     seqs_left = limits.max_sequences;
@@ -635,8 +620,7 @@ struct DualQueueScheduler::Impl {
                                                  running_context + running_count + floor_tokens);
     decode_due_think(now_ns, std::max({st.step_ceiling_ms, recent_step_ms, full_step_ms}));
     st.think_batch = st.due_think;
-    decode_optional_think(table.front(Queue::kThinkQueue), output_active, st.step_ceiling_ms,
-                          st.think_batch_cap, floor_tokens);
+    decode_optional_think(output_active, st.step_ceiling_ms, st.think_batch_cap, floor_tokens);
     // Prefill may borrow what recent steps left unused below the ceiling: the
     // answer SLO bounds the *mean* gap, so one longer step after a few short
     // ones keeps it, and a prompt finishes in fewer steps (TTFT).
@@ -752,7 +736,7 @@ bool DualQueueScheduler::set_phase(RequestId id, Phase phase) {
   // Phases only move forward; the only transition the scheduler acts on is ExitThink.
   if (phase != Phase::kOutputDecode || r.phase == Phase::kOutputDecode) return true;
   r.phase = Phase::kOutputDecode;
-  r.think_blocks = 0;  // demoted to ThinkComplete: no longer under the think cap
+  r.think_blocks = 0;  // demoted to ThinkComplete
   // Served first on the very next step, ahead of answers already streaming.
   if (r.queue == Queue::kThinkQueue) m.table.push_front(Queue::kOutputQueue, s);
   return true;

@@ -40,7 +40,7 @@ struct alignas(64) Slot {
   std::uint32_t prompt = 0;
   std::uint32_t generated = 0;
   std::uint32_t computed = 0;      ///< tokens in KV
-  std::uint32_t think_blocks = 0;  ///< live ThinkActive blocks (count toward the think cap)
+  std::uint32_t think_blocks = 0;  ///< live ThinkActive blocks (a swap-in reallocates them in that tier)
   std::uint32_t generation = 0;    ///< bumped when the slot is reused
   std::uint32_t prev = kNil;
   std::uint32_t next = kNil;

@@ -396,7 +396,7 @@ class Engine {
     policy_->finish(id);
     kv_.release(id, ReleaseKind::kFinished);
     e2e_.push_back(ms_between(r.arrival_ns, now_ns_));
-    if (!meets_slo(outcome(id), o_.params.slo)) miss_slo(r);
+    if (!outcome(id).slo_met) miss_slo(r);
     if (r.spec->reasoning()) {
       ++reasoning_done_;
       think_counts_.push_back(static_cast<float>(r.think_emitted));

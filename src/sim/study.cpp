@@ -64,9 +64,14 @@ class Progress {
   std::mutex mutex_;
 };
 
-Workload workload_for(const StudyOptions& o, const ReplayParams& params, std::uint64_t seed) {
-  if (o.trace) return *o.trace;
-  return generate_workload(params.workload, seed);
+// One workload per seed (the trace, when there is one), made in parallel and
+// shared read-only by that seed's runs.
+std::vector<Workload> seed_workloads(const StudyOptions& o) {
+  std::vector<Workload> workloads(o.seeds.size());
+  parallel_for(workloads.size(), o.threads, [&](std::size_t s) {
+    workloads[s] = o.trace ? *o.trace : generate_workload(o.params.workload, o.seeds[s]);
+  });
+  return workloads;
 }
 
 ReplayOptions replay_options(const StudyOptions& o, PolicyKind policy, const ReplayParams& params,
@@ -128,10 +133,7 @@ std::vector<PolicyRuns> run_seeds(const std::vector<PolicyKind>& policies, const
     out[p].policy = policies[p];
     out[p].seeds.resize(seeds);
   }
-  // One workload per seed, shared read-only by that seed's policies.
-  std::vector<Workload> workloads(seeds);
-  parallel_for(seeds, o.threads,
-               [&](std::size_t s) { workloads[s] = workload_for(o, o.params, o.seeds[s]); });
+  const std::vector<Workload> workloads = seed_workloads(o);
   Progress progress(o.progress, policies.size() * seeds);
   parallel_for(policies.size() * seeds, o.threads, [&](std::size_t i) {
     const std::size_t p = i / seeds;
@@ -339,9 +341,7 @@ ParetoResult run_pareto(const std::vector<ParetoSetting>& settings, const StudyO
   validate(o.params);
   const auto start = std::chrono::steady_clock::now();
   const std::size_t seeds = o.seeds.size();
-  std::vector<Workload> workloads(seeds);
-  parallel_for(seeds, o.threads,
-               [&](std::size_t s) { workloads[s] = workload_for(o, o.params, o.seeds[s]); });
+  const std::vector<Workload> workloads = seed_workloads(o);
   std::vector<std::vector<ReplayResult>> results(settings.size(), std::vector<ReplayResult>(seeds));
   Progress progress(o.progress, settings.size() * seeds);
   parallel_for(settings.size() * seeds, o.threads, [&](std::size_t i) {
