@@ -31,6 +31,7 @@ using sched_detail::kNil;
 using sched_detail::Queue;
 using sched_detail::RequestTable;
 using sched_detail::Slot;
+using sched_detail::SlotCold;
 
 SchedulerOptions SchedulerOptions::from_config(const MeridianConfig& config, std::uint64_t total_kv_blocks) {
   SchedulerOptions o;
@@ -101,8 +102,8 @@ struct DualQueueScheduler::Impl {
   std::vector<PlannedSlot> planned;            // one per work item
   std::vector<std::uint32_t> swapped_in;       // join their run queue at finalize()
   std::array<std::uint32_t, 2> last_served{};  // per run queue: end of the served prefix
-  bool served_out_of_order = false;            // some decode was not at the front of what was left
-  std::vector<std::uint32_t> chosen;           // preemption scratch
+  std::array<bool, 2> served_out_of_order{};  // per run queue: a decode was not at the front of what was left
+  std::vector<std::uint32_t> chosen;          // preemption scratch
   std::vector<std::uint32_t> to_abort;
   std::uint64_t step = 0;
   double recent_step_ms = 0;  // EWMA of observed step times
@@ -127,8 +128,16 @@ struct DualQueueScheduler::Impl {
   // log2(block_tokens) when it is a power of two (the usual 16): a 64-bit
   // division per block computation was the largest cost of a decode.
   int block_shift = -1;
+  // The think guarantee in ns, computed once: think_deadline() runs for
+  // every served think request and a division there was most of its cost.
+  double think_budget_ns = 0;
+  std::int64_t max_think_gap_ns = 0;
 
-  Impl(const SchedulerOptions& o, StepCostModel m) : opt(o), model(m) {
+  Impl(const SchedulerOptions& o, StepCostModel m)
+      : opt(o),
+        model(m),
+        think_budget_ns(o.think_tpot_budget_ms / kNsToMs),
+        max_think_gap_ns(static_cast<std::int64_t>(kMaxGapBudgets * think_budget_ns)) {
     if (std::has_single_bit(o.block_tokens)) block_shift = std::countr_zero(o.block_tokens);
   }
 
@@ -153,9 +162,15 @@ struct DualQueueScheduler::Impl {
   }
   [[nodiscard]] std::uint32_t held_blocks(const Slot& r) const {
     const std::uint32_t held = blocks_for(r.computed);
-    return held > r.shared_blocks ? held - r.shared_blocks : 0;
+    const std::uint32_t shared = table.cold(r).shared_blocks;
+    return held > shared ? held - shared : 0;
   }
   [[nodiscard]] bool in_batch(const Slot& r) const { return r.batch_step == step; }
+  // A re-admitted victim is not a victim again for a while (longer each time).
+  void guard_readmission(std::uint32_t s) {
+    SlotCold& c = table.cold(s);
+    c.guard_until_step = step + std::uint64_t{opt.preempt_readmit_guard_steps} * c.preemptions;
+  }
   [[nodiscard]] bool running(const Slot& r) const {
     return r.queue == Queue::kOutputQueue || r.queue == Queue::kThinkQueue;
   }
@@ -169,7 +184,7 @@ struct DualQueueScheduler::Impl {
     planned.push_back({s, r.generation});
     if (kind == WorkKind::kDecode) {
       // Served decodes rotate to the back in O(1) only while they are a prefix of their queue.
-      if (r.prev != last_served[r.queue]) served_out_of_order = true;
+      if (r.prev != last_served[r.queue]) served_out_of_order[r.queue] = true;
       last_served[r.queue] = s;
     }
     if (kind != WorkKind::kPrefill && r.phase == Phase::kOutputDecode) ++plan.stats.output_batch;
@@ -197,7 +212,7 @@ struct DualQueueScheduler::Impl {
     const Slot& q = table.at(requester);
     if (!running(r) && running(q)) return true;
     const bool same_tier = r.phase == q.phase;
-    if (same_tier && step < r.guard_until_step) return false;
+    if (same_tier && step < table.cold(r).guard_until_step) return false;
     return !same_tier || table.older(requester, s);
   }
 
@@ -276,21 +291,22 @@ struct DualQueueScheduler::Impl {
     const std::uint32_t held = held_blocks(r);
     free_blocks += held;
     if (was_running) running_context -= r.computed;
-    ++r.preemptions;
-    plan.preemptions.push_back({r.id, r.phase, mode, held, r.preemptions});
+    SlotCold& c = table.cold(s);
+    ++c.preemptions;
+    plan.preemptions.push_back({r.id, r.phase, mode, held, c.preemptions});
     ++counters.preemptions[static_cast<std::size_t>(mode)];
     ++(r.phase == Phase::kOutputDecode ? counters.preempted_output : counters.preempted_think);
     --victims_left;
     pressure = true;
-    r.admitted = false;
+    c.admitted = false;
     if (keeps_kv) {
-      r.shared_blocks = 0;  // released; the swap-in allocates every block anew
+      c.shared_blocks = 0;  // released; the swap-in allocates every block anew
       table.push_back(Queue::kSwapQueue, s);
       return;
     }
-    r.target = r.prompt + r.generated;
+    c.target = r.prompt + r.generated;
     r.computed = 0;
-    r.shared_blocks = 0;
+    c.shared_blocks = 0;
     r.think_blocks = 0;
     table.insert_by_arrival(Queue::kResumeQueue, s);
   }
@@ -352,7 +368,7 @@ struct DualQueueScheduler::Impl {
       if (nb > free_blocks && !preempt_for(s, nb, false)) return;  // FIFO
       emit(s, WorkKind::kSwapIn, 1, nb, ntb, false, false);
       running_context += r.computed;
-      r.guard_until_step = step + std::uint64_t{opt.preempt_readmit_guard_steps} * r.preemptions;
+      guard_readmission(s);
       // Stays in the swap queue until finalize(): were it in a run queue now,
       // the think pass could reach it and schedule it twice.
       swapped_in.push_back(s);
@@ -429,7 +445,7 @@ struct DualQueueScheduler::Impl {
     return lane == kResumeLane || think_share_left == 0 ? growth_reserve : 0;
   }
   [[nodiscard]] bool admission_held(const Slot& r, std::uint32_t chunk) const {
-    if (r.admitted || idle_engine) return false;
+    if (table.cold(r).admitted || idle_engine) return false;
     return free_blocks < std::uint64_t{new_blocks(r.computed, chunk)} + watermark(lane_of(r));
   }
 
@@ -440,15 +456,16 @@ struct DualQueueScheduler::Impl {
       const Lane lane = lane_of(r);
       if (blocked[lane]) continue;
       if (in_batch(r)) continue;  // a chunk already planned this step
-      std::uint32_t remaining = r.target - r.computed;
+      SlotCold& c = table.cold(s);
+      std::uint32_t remaining = c.target - r.computed;
       std::uint32_t want = std::min(remaining, budget);
       std::uint32_t chunk = fit_chunk(r, want);
       if (chunk > 0 && admission_held(r, chunk)) chunk = 0;
       // Admitted (as if nothing were cached): now attach what the prefix
       // cache holds, so only the rest is computed.
-      if (chunk > 0 && !r.admitted && r.computed == 0 && prefix_lookup) {
+      if (chunk > 0 && !c.admitted && r.computed == 0 && prefix_lookup) {
         attach_cached(r);
-        remaining = r.target - r.computed;
+        remaining = c.target - r.computed;
         want = std::min(remaining, budget);
         chunk = fit_chunk(r, want);
       }
@@ -461,7 +478,7 @@ struct DualQueueScheduler::Impl {
       }
       emit(s, WorkKind::kPrefill, chunk, new_blocks(r.computed, chunk),
            new_think_blocks(r, r.computed, chunk), false, chunk == remaining);
-      r.admitted = true;
+      c.admitted = true;
       ++plan.stats.prefill_requests;
       plan.stats.prefill_tokens += chunk;
       budget -= chunk;
@@ -476,10 +493,11 @@ struct DualQueueScheduler::Impl {
   // KV. The attached blocks leave the evictable cache: they no longer count
   // as free.
   void attach_cached(Slot& r) {
-    const std::uint32_t cached = std::min(prefix_lookup(r.id, r.target), r.target - 1);
+    const std::uint32_t target = table.cold(r).target;
+    const std::uint32_t cached = std::min(prefix_lookup(r.id, target), target - 1);
     const std::uint32_t blocks = cached / opt.block_tokens;
     r.computed = blocks * opt.block_tokens;
-    r.shared_blocks = blocks;
+    table.cold(r).shared_blocks = blocks;
     free_blocks -= std::min<std::uint64_t>(free_blocks, blocks);
     counters.admission_cached_tokens += r.computed;
   }
@@ -505,6 +523,10 @@ struct DualQueueScheduler::Impl {
   void decode_optional_think(bool output_active, double ceiling_ms, std::uint32_t think_cap,
                              std::uint32_t reserve_tokens) {
     const std::uint32_t reserve_seqs = reserve_tokens > 0 ? 1 : 0;
+    // The cost model is monotone in both features, so when even a request
+    // with no context would pass the ceiling, every one would: the walk
+    // (which would skip the whole due batch first) is not needed.
+    if (output_active && model.predict_ms(tok + 1, kv + 1) > ceiling_ms) return;
     for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
       if (plan.stats.think_batch >= think_cap || seqs_left <= reserve_seqs || tokens_left <= reserve_tokens) {
         return;
@@ -518,18 +540,21 @@ struct DualQueueScheduler::Impl {
 
   // Round robin: served decodes go to the back of their queue, in plan order,
   // then swap-ins join theirs. Each pass walks its queue from the front, so
-  // without a stall (a skipped request) the served requests are exactly a
-  // prefix ending at last_served, moved in O(1).
+  // in a queue where no decode was served out of order and without a stall
+  // (a skipped request) the served requests are exactly a prefix ending at
+  // last_served, moved in O(1); the other queue may still need the walk.
   void finalize() {
     StepStats& st = plan.stats;
-    if (st.stalled == 0 && !served_out_of_order) {
-      for (std::uint8_t q : {std::uint8_t{Queue::kOutputQueue}, std::uint8_t{Queue::kThinkQueue}}) {
-        if (last_served[q] != kNil) table.rotate_prefix_to_back(q, last_served[q]);
-      }
-    } else {
+    std::array<bool, 2> in_order{};
+    for (std::uint8_t q : {std::uint8_t{Queue::kOutputQueue}, std::uint8_t{Queue::kThinkQueue}}) {
+      in_order[q] = st.stalled == 0 && !served_out_of_order[q];
+      if (in_order[q] && last_served[q] != kNil) table.rotate_prefix_to_back(q, last_served[q]);
+    }
+    if (!in_order[Queue::kOutputQueue] || !in_order[Queue::kThinkQueue]) {
       for (std::size_t i = 0; i < plan.work.size(); ++i) {
         const std::uint32_t s = planned[i].slot;
-        if (plan.work[i].kind == WorkKind::kDecode) table.push_back(table.at(s).queue, s);
+        const std::uint8_t q = table.at(s).queue;
+        if (plan.work[i].kind == WorkKind::kDecode && !in_order[q]) table.push_back(q, s);
       }
     }
     for (std::uint32_t s : swapped_in) {
@@ -579,7 +604,7 @@ struct DualQueueScheduler::Impl {
     planned.clear();
     swapped_in.clear();
     last_served.fill(kNil);
-    served_out_of_order = false;
+    served_out_of_order.fill(false);
     free_blocks = limits.free_kv_blocks;
     think_share_left = limits.free_think_kv_blocks;
     tokens_left = limits.token_budget;
@@ -634,11 +659,10 @@ struct DualQueueScheduler::Impl {
   // When a think request's next token must have come: skipped past it, its
   // mean gap over the `generated` gaps since its first token would pass the
   // budget, or this one gap would pass kMaxGapBudgets budgets.
-  [[nodiscard]] std::int64_t think_deadline(const Slot& r) const {
-    const double budget_ns = opt.think_tpot_budget_ms / kNsToMs;
+  [[nodiscard]] std::int64_t think_deadline(const Slot& r, const SlotCold& c) const {
     const auto by_mean =
-        r.first_token_ns + static_cast<std::int64_t>(budget_ns * static_cast<double>(r.generated));
-    const auto by_gap = r.last_token_ns + static_cast<std::int64_t>(kMaxGapBudgets * budget_ns);
+        c.first_token_ns + static_cast<std::int64_t>(think_budget_ns * static_cast<double>(r.generated));
+    const auto by_gap = c.last_token_ns + max_think_gap_ns;
     return std::min(by_mean, by_gap);
   }
 
@@ -665,19 +689,21 @@ struct DualQueueScheduler::Impl {
             w.kind == WorkKind::kSwapIn ? w.new_think_blocks : r.think_blocks + w.new_think_blocks;
       }
       r.computed += w.tokens;
+      SlotCold& c = table.cold(s);
       if (w.kind != WorkKind::kPrefill) {
         ++r.generated;
-        r.last_token_ns = end_ns;
-        r.think_deadline_ns = think_deadline(r);
+        c.last_token_ns = end_ns;
+        // Only think requests have a deadline (answers never go back to thinking).
+        if (r.phase == Phase::kThinkDecode) r.think_deadline_ns = think_deadline(r, c);
         if (running(r)) running_context += w.tokens;
         continue;
       }
-      if (r.computed < r.target) continue;
+      if (r.computed < c.target) continue;
       ++r.generated;  // the chunk that completes prefill samples a token
-      r.last_token_ns = end_ns;
-      if (r.first_token_ns == 0) r.first_token_ns = end_ns;
-      r.think_deadline_ns = think_deadline(r);
-      r.guard_until_step = step + std::uint64_t{opt.preempt_readmit_guard_steps} * r.preemptions;
+      c.last_token_ns = end_ns;
+      if (c.first_token_ns == 0) c.first_token_ns = end_ns;
+      r.think_deadline_ns = think_deadline(r, c);
+      guard_readmission(s);
       running_context += r.computed;
       table.push_back(r.phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue, s);
     }
@@ -718,12 +744,13 @@ void DualQueueScheduler::add(const NewRequest& request) {
   Slot& r = m.table.at(s);
   r.phase = request.phase == Phase::kOutputDecode ? Phase::kOutputDecode : Phase::kThinkDecode;
   r.prompt = request.prompt_tokens;
-  r.target = request.prompt_tokens;
+  SlotCold& c = m.table.cold(s);
+  c.target = request.prompt_tokens;
   // At least one prompt token is always computed: it produces the first logits.
   r.computed = std::min(request.cached_prompt_tokens, request.prompt_tokens - 1);
-  r.shared_blocks = r.computed / m.opt.block_tokens;
-  r.arrival_ns = request.arrival_ns;
-  r.last_token_ns = request.arrival_ns;
+  c.shared_blocks = r.computed / m.opt.block_tokens;
+  c.arrival_ns = request.arrival_ns;
+  c.last_token_ns = request.arrival_ns;
   m.table.push_back(Queue::kWaitQueue, s);
 }
 
@@ -774,8 +801,8 @@ std::optional<RequestView> DualQueueScheduler::view(RequestId id) const {
   v.prompt_tokens = r.prompt;
   v.generated_tokens = r.generated;
   v.context_tokens = r.computed;
-  v.preemptions = r.preemptions;
-  v.last_token_ns = r.last_token_ns;
+  v.preemptions = impl_->table.cold(s).preemptions;
+  v.last_token_ns = impl_->table.cold(s).last_token_ns;
   return v;
 }
 

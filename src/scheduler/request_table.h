@@ -30,11 +30,13 @@ enum Queue : std::uint8_t {
   kNoQueue = 0xff,
 };
 
-// Fields a decode touches come first and fill one cache line; the rest are
-// read only on admission, preemption and re-admission.
+// A request's state is split in two arrays indexed by slot: Slot holds what
+// the per-step queue walks and decodes touch, one cache line each, so a walk
+// over 1,024 running requests stays within 64 KiB; SlotCold holds what
+// admission, preemption and step completion read.
 struct alignas(64) Slot {
   RequestId id = 0;
-  std::int64_t last_token_ns = 0;
+  std::int64_t think_deadline_ns = 0;  ///< the think guarantee's deadline for the next token (ADR-0015)
   std::uint64_t batch_step = std::numeric_limits<std::uint64_t>::max();  ///< step it was planned in
   std::uint64_t stalled_step = 0;  ///< last step it was runnable but got no KV block
   std::uint32_t prompt = 0;
@@ -46,21 +48,29 @@ struct alignas(64) Slot {
   std::uint32_t next = kNil;
   Phase phase = Phase::kThinkDecode;
   std::uint8_t queue = kNoQueue;
-  std::int64_t think_deadline_ns = 0;  ///< the think guarantee's deadline for the next token (ADR-0015)
-  // --- cold ---
+};
+static_assert(sizeof(Slot) == 64, "a Slot must stay one cache line");
+
+struct SlotCold {
+  std::int64_t last_token_ns = 0;
+  std::int64_t first_token_ns = 0;  ///< when its first token came (0: none yet); kept across preemption
   std::int64_t arrival_ns = 0;
   std::uint64_t guard_until_step = 0;  ///< not a preemption victim before this step
   std::uint32_t target = 0;            ///< prefill target (prompt, or prompt + generated on recompute)
   std::uint32_t shared_blocks = 0;     ///< prefix-cache blocks that preemption would not free
   std::uint32_t preemptions = 0;
   bool admitted = false;  ///< its (re)prefill has started: the admission watermark no longer applies
-  std::int64_t first_token_ns = 0;  ///< when its first token came (0: none yet); kept across preemption
 };
 
 class RequestTable {
  public:
   [[nodiscard]] Slot& at(std::uint32_t s) { return slots_[s]; }
   [[nodiscard]] const Slot& at(std::uint32_t s) const { return slots_[s]; }
+  [[nodiscard]] SlotCold& cold(std::uint32_t s) { return cold_[s]; }
+  [[nodiscard]] const SlotCold& cold(std::uint32_t s) const { return cold_[s]; }
+  /// The cold half of a Slot of this table.
+  [[nodiscard]] SlotCold& cold(const Slot& r) { return cold_[index_of(r)]; }
+  [[nodiscard]] const SlotCold& cold(const Slot& r) const { return cold_[index_of(r)]; }
   [[nodiscard]] std::uint32_t find(RequestId id) const {
     auto it = index_.find(id);
     return it == index_.end() ? kNil : it->second;
@@ -78,9 +88,11 @@ class RequestTable {
     } else {
       s = static_cast<std::uint32_t>(slots_.size());
       slots_.emplace_back();
+      cold_.emplace_back();
     }
     const std::uint32_t generation = slots_[s].generation + 1;
     slots_[s] = Slot{};
+    cold_[s] = SlotCold{};
     slots_[s].id = id;
     slots_[s].generation = generation;
     index_.emplace(id, s);
@@ -130,9 +142,9 @@ class RequestTable {
 
   /// Priority order: earlier arrival first, then lower id.
   [[nodiscard]] bool older(std::uint32_t a, std::uint32_t b) const {
-    const Slot& x = slots_[a];
-    const Slot& y = slots_[b];
-    return x.arrival_ns != y.arrival_ns ? x.arrival_ns < y.arrival_ns : x.id < y.id;
+    const std::int64_t x = cold_[a].arrival_ns;
+    const std::int64_t y = cold_[b].arrival_ns;
+    return x != y ? x < y : slots_[a].id < slots_[b].id;
   }
 
   void unlink(std::uint32_t s) {
@@ -147,6 +159,10 @@ class RequestTable {
   }
 
  private:
+  [[nodiscard]] std::size_t index_of(const Slot& r) const {
+    return static_cast<std::size_t>(&r - slots_.data());
+  }
+
   /// Links the unlinked slot `s` into `q` after `after` (kNil: at the front).
   void link_after(std::uint8_t q, std::uint32_t after, std::uint32_t s) {
     Head& h = heads_[q];
@@ -166,6 +182,7 @@ class RequestTable {
   };
 
   std::vector<Slot> slots_;
+  std::vector<SlotCold> cold_;  // parallel to slots_
   std::vector<std::uint32_t> free_;
   absl::flat_hash_map<RequestId, std::uint32_t> index_;
   std::array<Head, kQueueCount> heads_{};
