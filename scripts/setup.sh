@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Installs what Meridian needs to build and test: the Debian packages in
-# scripts/apt-packages.txt and, in .venv, the Python tools in
-# requirements-dev.txt. Idempotent and silent when everything is present.
+# scripts/apt-packages.txt and, in .venv, the Python packages of each
+# requirements file given (default: requirements-dev.txt, then vLLM's pinned
+# dependencies and vLLM itself). A file whose name contains "nodeps" is
+# installed with --no-deps. Idempotent and silent when everything is present.
+#   scripts/setup.sh [APT_FILE [REQUIREMENTS_FILE ...]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages_file=${1:-scripts/apt-packages.txt}
-requirements_file=${2:-requirements-dev.txt}
+shift || true
+requirements_files=("$@")
+if ((${#requirements_files[@]} == 0)); then
+  requirements_files=(requirements-dev.txt requirements-vllm.txt requirements-vllm-nodeps.txt)
+fi
 
 missing=()
 while read -r pkg; do
@@ -32,13 +39,17 @@ fi
 
 # One stamp per requirements file, so `make demo` and `make test` do not
 # undo each other's record; a file with no requirements installs nothing.
-stamp=".venv/.installed-$(basename "$requirements_file").sha256"
-want=$(sha256sum "$requirements_file" | cut -d' ' -f1)
-if ! grep -qvE '^\s*(#|$)' "$requirements_file"; then
-  : # nothing to install
-elif [[ ! -f "$stamp" ]] || ! grep -qx "$want" "$stamp"; then
-  echo "setup: installing Python packages from $requirements_file"
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -r "$requirements_file"
-  echo "$want" > "$stamp"
-fi
+for requirements_file in "${requirements_files[@]}"; do
+  stamp=".venv/.installed-$(basename "$requirements_file").sha256"
+  want=$(sha256sum "$requirements_file" | cut -d' ' -f1)
+  if ! grep -qvE '^\s*(#|$)' "$requirements_file"; then
+    continue  # nothing to install
+  elif [[ ! -f "$stamp" ]] || ! grep -qx "$want" "$stamp"; then
+    echo "setup: installing Python packages from $requirements_file"
+    .venv/bin/python -m pip install -q --upgrade pip
+    no_deps=()
+    if [[ "$requirements_file" == *nodeps* ]]; then no_deps=(--no-deps); fi
+    .venv/bin/python -m pip install -q "${no_deps[@]}" -r "$requirements_file"
+    echo "$want" > "$stamp"
+  fi
+done
