@@ -2,6 +2,8 @@
 // phase-aware KV block manager: what an engine adapter (meridian.vllm) calls
 // once per step. Plans are returned by value, so a Python reference stays
 // valid after the next schedule() call.
+#include <algorithm>
+
 #include <nanobind/operators.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -9,6 +11,8 @@
 
 #include "bindings.h"
 #include "meridian/kv_block_manager.h"
+#include "meridian/phase_router.h"
+#include "meridian/request_id_map.h"
 #include "meridian/scheduler.h"
 #include "meridian/step_cost_model.h"
 #include "meridian/step_driver.h"
@@ -18,6 +22,59 @@ using namespace nb::literals;
 
 namespace meridian::python {
 namespace {
+
+// A Python str's UTF-8 bytes without a copy (CPython caches them in the
+// object; ASCII strings, like vLLM's request ids, hold them inline).
+std::string_view utf8_view(nb::handle h) {
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(h.ptr(), &size);
+  if (data == nullptr) throw nb::python_error();
+  return {data, static_cast<std::size_t>(size)};
+}
+
+// One engine step's sampled tokens (vLLM: ModelRunnerOutput.req_ids and
+// .sampled_token_ids) into the router in one batch call. Returns the events
+// and the ids of requests that produced a token but are not in `scheduler`
+// yet (their first decode), in step order, each once.
+nb::tuple engine_step_tokens(PhaseRouter& router, const RequestIdMap& ids,
+                             const DualQueueScheduler* scheduler, nb::handle req_ids, nb::handle sampled) {
+  thread_local std::vector<RequestId> batch_ids;
+  thread_local std::vector<TokenId> batch_tokens;
+  thread_local std::vector<PhaseEvent> events;
+  batch_ids.clear();
+  batch_tokens.clear();
+  std::vector<RequestId> new_ids;
+  nb::iterator tokens_it = nb::iter(sampled);
+  for (nb::handle rid : req_ids) {
+    if (tokens_it == nb::iterator::sentinel()) break;
+    nb::handle tokens = *tokens_it;
+    ++tokens_it;
+    const Py_ssize_t n = PySequence_Size(tokens.ptr());
+    if (n <= 0) {
+      if (n < 0) throw nb::python_error();
+      continue;
+    }
+    const auto id = ids.find(utf8_view(rid));
+    if (!id) continue;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      batch_ids.push_back(*id);
+      if (PyList_Check(tokens.ptr())) {
+        batch_tokens.push_back(nb::cast<TokenId>(nb::handle(PyList_GET_ITEM(tokens.ptr(), i))));
+      } else {
+        batch_tokens.push_back(nb::cast<TokenId>(nb::steal(PySequence_GetItem(tokens.ptr(), i))));
+      }
+    }
+    if (scheduler != nullptr && !scheduler->view(*id)) new_ids.push_back(*id);
+  }
+  std::size_t n_events = 0;
+  {
+    nb::gil_scoped_release release;
+    events.resize(batch_ids.size());
+    n_events = router.on_tokens(batch_ids, batch_tokens, events);
+  }
+  std::vector<PhaseEvent> out(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(n_events));
+  return nb::make_tuple(std::move(out), std::move(new_ids));
+}
 
 template <typename T, std::size_t N>
 std::vector<T> to_list(const T (&values)[N]) {
@@ -113,6 +170,7 @@ void bind_plan_types(nb::module_& m) {
       .def_ro("due_think", &StepStats::due_think)
       .def_ro("prefill_requests", &StepStats::prefill_requests)
       .def_ro("prefill_tokens", &StepStats::prefill_tokens)
+      .def_ro("prefill_budget_tokens", &StepStats::prefill_budget_tokens)
       .def_ro("stalled", &StepStats::stalled)
       .def_ro("output_batch_budget", &StepStats::output_batch_budget)
       .def_ro("think_batch_cap", &StepStats::think_batch_cap)
@@ -196,6 +254,50 @@ void bind_scheduler_class(nb::module_& m) {
              const std::vector<RequestId>& not_run) { s.complete_step(observed_ms, end_ns, not_run); },
           "observed_ms"_a, "end_ns"_a, "not_run"_a = std::vector<RequestId>{})
       .def("view", &DualQueueScheduler::view, "request_id"_a)
+      .def(
+          "plan_for_engine",
+          [](DualQueueScheduler& s, const StepLimits& limits, std::int64_t now_ns) {
+            // The engine adapter's per-step call (meridian.vllm): plan, then
+            // only what the adapter acts on, as plain lists (no per-item
+            // Python objects).
+            EngineView view;
+            const StepPlan* plan = nullptr;
+            {
+              nb::gil_scoped_release release;
+              plan = &s.schedule(limits, now_ns);
+              s.engine_view(view);
+            }
+            return nb::make_tuple(std::move(view.unplanned_think), std::move(view.running_order),
+                                  plan->stats.prefill_budget_tokens, plan->stats.output_slo_bound,
+                                  plan->stats.predicted_step_ms);
+          },
+          "limits"_a, "now_ns"_a,
+          "schedule(), then (unplanned_think, running_order, prefill_budget_tokens, output_slo_bound, "
+          "predicted_step_ms): see DualQueueScheduler::engine_view in meridian/scheduler.h")
+      .def(
+          "complete_for_engine",
+          [](DualQueueScheduler& s, double observed_ms, std::int64_t end_ns, const RequestIdMap& ids,
+             nb::handle scheduled) {
+            // not_run = the last plan's work the engine did not schedule;
+            // `scheduled` is an iterable of the engine's request id strings.
+            thread_local std::vector<RequestId> ran;
+            thread_local std::vector<RequestId> not_run;
+            ran.clear();
+            for (nb::handle rid : scheduled) {
+              if (auto id = ids.find(utf8_view(rid))) ran.push_back(*id);
+            }
+            nb::gil_scoped_release release;
+            std::sort(ran.begin(), ran.end());
+            not_run.clear();
+            for (const ScheduledWork& w : s.last_plan().work) {
+              if (!std::binary_search(ran.begin(), ran.end(), w.id)) not_run.push_back(w.id);
+            }
+            s.complete_step(observed_ms, end_ns, not_run);
+            return not_run.size();
+          },
+          "observed_ms"_a, "end_ns"_a, "ids"_a, "scheduled"_a,
+          "complete_step() with not_run = the last plan's work whose engine id (mapped through `ids`) is not "
+          "in `scheduled`; returns how many")
       .def("__len__", &DualQueueScheduler::size)
       .def_prop_ro("counters", &DualQueueScheduler::counters)
       .def_prop_ro("cost_model", &DualQueueScheduler::cost_model)
@@ -327,6 +429,11 @@ void bind_step_driver(nb::module_& m) {
 }  // namespace
 
 void bind_scheduler(nb::module_& m) {
+  m.def(
+      "engine_step_tokens", &engine_step_tokens, "router"_a, "ids"_a, "scheduler"_a.none(), "req_ids"_a,
+      "sampled"_a,
+      "One engine step's tokens (req_ids[i] sampled the list sampled[i]) into `router` in one batch; returns "
+      "(events, ids that produced a token but are not in `scheduler` yet)");
   bind_cost_model(m);
   bind_plan_types(m);
   bind_scheduler_class(m);

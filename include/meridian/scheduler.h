@@ -95,6 +95,9 @@ struct StepStats {
   std::uint32_t due_think = 0;     ///< of think_batch, forced by the think TPOT guarantee
   std::uint32_t prefill_requests = 0;
   std::uint32_t prefill_tokens = 0;
+  /// Prefill tokens this step may hold (the ceiling's room, at least the
+  /// prefill floor): what an engine adapter gives its own prefill.
+  std::uint32_t prefill_budget_tokens = 0;
   std::uint32_t stalled = 0;              ///< runnable requests left out for lack of KV blocks
   std::uint32_t output_batch_budget = 0;  ///< decodes that fit output_tpot_budget_ms
   std::uint32_t think_batch_cap = 0;      ///< think_batch_multiplier x output_batch_budget
@@ -159,6 +162,12 @@ struct RequestView {
   std::int64_t last_token_ns = 0;
 };
 
+/// See DualQueueScheduler::engine_view().
+struct EngineView {
+  std::vector<RequestId> unplanned_think;
+  std::vector<RequestId> running_order;
+};
+
 class DualQueueScheduler {
  public:
   /// Throws std::invalid_argument naming the option on out-of-range options.
@@ -195,6 +204,16 @@ class DualQueueScheduler {
   void complete_step(double observed_ms, std::int64_t end_ns, std::span<const RequestId> not_run = {});
 
   [[nodiscard]] std::optional<RequestView> view(RequestId id) const;
+  /// For an engine that carries out the plan with its own machinery (the vLLM
+  /// adapter): after schedule(), `out` receives the running think requests
+  /// the plan left out (throttled) and every running request in the order
+  /// the engine should keep them: answers first (queue order), then think
+  /// requests by progress, most first, so the last is the victim this
+  /// scheduler would take first (the shortest context, then the newest).
+  /// O(running log running); clears `out` first.
+  void engine_view(EngineView& out) const;
+  /// The plan the last schedule() returned (empty before the first).
+  [[nodiscard]] const StepPlan& last_plan() const noexcept;
   [[nodiscard]] std::size_t size() const noexcept;
   [[nodiscard]] const SchedulerCounters& counters() const noexcept;
   [[nodiscard]] const StepCostModel& cost_model() const noexcept;

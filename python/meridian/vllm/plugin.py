@@ -1,0 +1,40 @@
+"""The ``vllm.general_plugins`` entry point: runs in every vLLM process
+(API server, engine core, workers) once Meridian is installed, whether or not
+its scheduler or processor is enabled.
+
+It loads Meridian's configuration ($MERIDIAN_CONFIG, ./meridian.toml,
+~/.config/meridian/meridian.toml, else the defaults), applies its
+``[logging] level`` to the ``meridian`` loggers, and logs what it found. It
+never raises: an invalid file is logged as an error here, and the scheduler
+and the processor, which need it, refuse to start with the same message (a
+stray meridian.toml must not stop a vLLM that does not use Meridian).
+"""
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("meridian.vllm")
+
+_done = False
+
+
+def register() -> None:
+    global _done
+    if _done:  # vLLM may call it more than once per process
+        return
+    _done = True
+    try:
+        from ._setup import MeridianSetupError, load_meridian_config
+
+        try:
+            config, source = load_meridian_config()
+        except MeridianSetupError as e:
+            logger.error("%s (meridian.vllm.Scheduler and ForceThinkEnd will not start)", e)
+            return
+        level = str(config.logging.level).rsplit(".", 1)[-1].upper()
+        if level in logging.getLevelNamesMapping():
+            logging.getLogger("meridian").setLevel(level)
+        logger.debug("meridian: configuration from %s", source)
+    except Exception as e:  # noqa: BLE001 - a plugin must never stop vLLM
+        logger.error("meridian: plugin setup failed (%s: %s); Meridian's parts will report it when used",
+                     type(e).__name__, e)

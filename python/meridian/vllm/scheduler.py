@@ -1,0 +1,357 @@
+"""``meridian.vllm.Scheduler``: vLLM's ``AsyncScheduler`` driven by Meridian.
+
+    vllm serve MODEL --reasoning-parser qwen3 --scheduler-cls meridian.vllm.Scheduler
+
+vLLM keeps doing everything it does (admission, chunked prefill, prefix
+caching, KV allocation, preemption, spec decode, structured output); the
+adapter changes three inputs to vLLM's own ``schedule()`` each step, from the
+decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017):
+
+1. **Order of ``self.running``.** vLLM schedules running requests in list
+   order and, when KV runs out, preempts ``running[-1]`` first. The list
+   becomes: answer-phase requests (served first), then think-phase requests by
+   progress, most first, so the least progress lost is the first victim, then
+   requests still prefilling (chat, then reasoning). So while a think-phase
+   request runs, vLLM never preempts an answer-phase one.
+2. **Think decode throttling.** Think requests the plan leaves out this step
+   (the answer SLO's step ceiling is full) sit the step out: they are held out
+   of ``self.running`` during ``schedule()`` and put back afterwards (their KV
+   stays; vLLM's model runner keeps their state, as for any running request it
+   does not schedule). Only a request with no step in flight is held
+   (``num_output_placeholders == 0``): with async scheduling, a request whose
+   last token has not come back is always scheduled, so under async
+   scheduling throttling applies only to requests that were not scheduled in
+   the previous step, which in steady state is none (docs/deployment.md).
+3. **Token budget.** While answers stream, the step's token budget is the
+   running decodes plus the prefill tokens the plan allows (what fits the
+   output TPOT ceiling, at least ``min_prefill_tokens_per_step``), so a long
+   prompt is chunked instead of stalling every stream.
+
+Phases come from the real ``PhaseRouter``, fed once per step with the tokens
+vLLM appended. The C++ scheduler sees each request from its first generated
+token on (a request is planned as a decode; prefill stays vLLM's), is told
+when vLLM preempts it and when it finishes.
+
+Fail-safe: an exception in Meridian's code during a step leaves that step to
+vLLM's stock behaviour (the running list and budgets restored), is counted in
+``meridian_stats()["fallbacks"]`` and logged once per place; the engine never
+stops because of Meridian. Configuration errors at start-up are raised (the
+engine does not start with a Meridian it cannot run).
+
+Thread-safety: like vLLM's scheduler, used from the engine core's one thread.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Any
+
+import meridian
+from meridian._meridian import engine_step_tokens
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.request import Request, RequestStatus
+
+from ._setup import resolve_setup, validate_extra_args
+
+logger = logging.getLogger("meridian.vllm")
+
+_OUTPUT = meridian.Phase.OUTPUT_DECODE
+_THINK = meridian.Phase.THINK_DECODE
+_EXIT_THINK = meridian.PhaseEventKind.EXIT_THINK
+_ENTER_THINK = meridian.PhaseEventKind.ENTER_THINK
+_RUNNING = RequestStatus.RUNNING
+_UNLIMITED_BLOCKS = (1 << 63) - 1
+# The router needs the prompt only from its last think boundary on.
+_PROMPT_TAIL = 256
+
+
+class _Adapter:
+    """Meridian's state beside one vLLM scheduler."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        setup = resolve_setup(sched.vllm_config)
+        self.setup = setup
+        cfg = setup.config
+        self.router = meridian.PhaseRouter(cfg, setup.model_name)
+        options = meridian.SchedulerOptions.from_config(cfg, _UNLIMITED_BLOCKS)
+        # KV is vLLM's: it allocates and preempts; Meridian orders victims.
+        options.preemption_enabled = False
+        options.block_tokens = sched.block_size
+        self.core = meridian.DualQueueScheduler(options, meridian.StepCostModel.from_config(cfg.scheduler))
+        self.limits = meridian.StepLimits(
+            token_budget=sched.max_num_scheduled_tokens,
+            max_sequences=sched.max_num_running_reqs,
+            free_kv_blocks=_UNLIMITED_BLOCKS,
+            free_think_kv_blocks=_UNLIMITED_BLOCKS,
+        )
+        self.decode_tokens = 1 + sched.num_spec_tokens
+        self.ids = meridian.RequestIdMap()  # vLLM request id -> Meridian id (C++, used in batch calls)
+        self.mid_of: dict[str, int] = {}  # the same, for Python-side lookups
+        self.requests: dict[int, Request] = {}
+        self.phase: dict[int, Any] = {}
+        self.no_throttle: set[int] = set()
+        self.in_core: set[int] = set()
+        self.last_schedule_ns = 0
+        self.predicted_ms = 0.0
+        self.logged: set[str] = set()
+        self.stats = {
+            "steps": 0,
+            "fallbacks": 0,
+            "throttled_decodes": 0,
+            "budget_capped_steps": 0,
+            "preempted_answer": 0,
+            "preempted_think": 0,
+            "phase_exits": 0,
+            "invalid_extra_args": 0,
+        }
+        logger.info(
+            "meridian: scheduler active (model preset %r, config %s)", setup.model_name, setup.config_source
+        )
+
+    # --- bookkeeping ------------------------------------------------------
+
+    def add(self, request: Request) -> None:
+        mid = self.ids.intern(request.request_id)
+        self.mid_of[request.request_id] = mid
+        self.requests[mid] = request
+        overrides: dict[str, Any] = {}
+        try:
+            overrides = validate_extra_args(getattr(request.sampling_params, "extra_args", None))
+        except ValueError as e:
+            self.stats["invalid_extra_args"] += 1
+            self.log_once("extra_args", "meridian: ignoring request %s's overrides: %s", request.request_id, e)
+        if overrides.get("throttle") is False:
+            self.no_throttle.add(mid)
+        prompt = request.prompt_token_ids or []
+        self.phase[mid] = self.router.begin(mid, list(prompt[-_PROMPT_TAIL:]))
+
+    def forget(self, request_id: str) -> None:
+        mid = self.ids.release(request_id)
+        self.mid_of.pop(request_id, None)
+        if mid is None:
+            return
+        self.requests.pop(mid, None)
+        self.phase.pop(mid, None)
+        self.no_throttle.discard(mid)
+        if mid in self.in_core:
+            self.in_core.discard(mid)
+            self.core.finish(mid)
+        self.router.end(mid)
+
+    def preempted(self, request_id: str) -> None:
+        """vLLM preempted it: it leaves the C++ scheduler until it decodes again."""
+        mid = self.mid_of.get(request_id)
+        if mid is None:
+            return
+        answer = self.phase.get(mid) == _OUTPUT
+        self.stats["preempted_answer" if answer else "preempted_think"] += 1
+        if mid in self.in_core:
+            self.in_core.discard(mid)
+            self.core.finish(mid)
+
+    def log_once(self, where: str, msg: str, *args: Any) -> None:
+        if where not in self.logged:
+            self.logged.add(where)
+            logger.warning(msg, *args)
+
+    def failed(self, where: str, error: BaseException) -> None:
+        self.stats["fallbacks"] += 1
+        if where not in self.logged:
+            self.logged.add(where)
+            logger.error(
+                "meridian: %s raised %s: %s; this step runs vLLM's stock scheduling (counted in "
+                "meridian_stats()['fallbacks']; logged once)", where, type(error).__name__, error,
+                exc_info=error)
+
+    # --- the step ---------------------------------------------------------
+
+    def before_schedule(self, sched: Scheduler) -> tuple[list[Request], int | None]:
+        """Plans the step and reorders ``sched.running``; returns the held
+        requests and the token budget to use (None: vLLM's)."""
+        now = time.monotonic_ns()
+        unplanned, order, prefill_budget, answers_active, predicted = self.core.plan_for_engine(
+            self.limits, now)
+        self.predicted_ms = predicted
+        reqs = self.requests
+        running = sched.running
+        held: list[Request] = []
+        hold: set[int] = set()
+        if unplanned:
+            no_throttle = self.no_throttle
+            for mid in unplanned:
+                if mid in no_throttle:
+                    continue
+                r = reqs[mid]
+                if r.num_output_placeholders == 0:
+                    hold.add(mid)
+                    held.append(r)
+            self.stats["throttled_decodes"] += len(held)
+        ordered = [reqs[i] for i in order if i not in hold] if hold else [reqs[i] for i in order]
+        if len(ordered) + len(held) != len(running):
+            # Requests the plan does not order yet: prefilling (vLLM's) or
+            # decoding their first planned token. Answer-phase before think,
+            # so the tail (the first victims) is reasoning still prefilling.
+            known = set(ordered)
+            known.update(held)
+            phase, mid_of = self.phase, self.mid_of
+            rest = [r for r in running if r not in known]
+            rest.sort(key=lambda r: phase.get(mid_of.get(r.request_id)) != _OUTPUT)
+            ordered.extend(rest)
+        # The new list must hold exactly vLLM's running requests: as many, all
+        # RUNNING (vLLM keeps every RUNNING request in its list, and the plan
+        # names each request once). Otherwise: the fail-safe, not a guess.
+        if len(ordered) + len(held) != len(running) or not all(
+                r.status == _RUNNING for r in itertools.chain(ordered, held)):
+            raise RuntimeError(
+                f"running list out of sync: {len(ordered)} ordered + {len(held)} held vs {len(running)} running")
+        running[:] = ordered
+        budget = None
+        if answers_active:
+            budget = len(ordered) * self.decode_tokens + prefill_budget
+            if budget < sched.max_num_scheduled_tokens:
+                self.stats["budget_capped_steps"] += 1
+            else:
+                budget = None
+        return held, budget
+
+    def after_schedule(self, sched: Scheduler, out: Any) -> None:
+        now = time.monotonic_ns()
+        self.stats["steps"] += 1
+        # The step's wall time is the gap between two schedule() calls in
+        # steady state; anything far off (idle engine) is not a sample.
+        gap_ms = (now - self.last_schedule_ns) / 1e6 if self.last_schedule_ns else float("nan")
+        self.last_schedule_ns = now
+        bound = 5 * max(self.predicted_ms, 1.0)
+        observed = gap_ms if 0 < gap_ms < bound else float("nan")
+        self.core.complete_for_engine(observed, now, self.ids, out.num_scheduled_tokens)
+
+    def after_update(self, model_runner_output: Any) -> None:
+        """Feeds the step's tokens to the router (one batch call) and tells
+        the C++ scheduler about new decoders and phase changes."""
+        if not model_runner_output.sampled_token_ids:
+            return
+        events, new_ids = engine_step_tokens(
+            self.router, self.ids, self.core, model_runner_output.req_ids, model_runner_output.sampled_token_ids)
+        for event in events:
+            if event.kind == _EXIT_THINK:
+                mid = event.request_id
+                self.phase[mid] = _OUTPUT
+                self.stats["phase_exits"] += 1
+                if mid in self.in_core:
+                    self.core.set_phase(mid, _OUTPUT)
+            elif event.kind == _ENTER_THINK:
+                self.phase[event.request_id] = _THINK
+        reqs = self.requests
+        for mid in new_ids:
+            r = reqs.get(mid)
+            if r is None or r.status != RequestStatus.RUNNING or r.is_prefill_chunk:
+                continue
+            self._enter_core(mid, r)
+
+    def _enter_core(self, mid: int, r: Request) -> None:
+        phase = self.phase.get(mid)
+        if phase not in (_THINK, _OUTPUT):
+            snap = self.router.snapshot(mid)
+            phase = snap.phase if snap is not None else _OUTPUT
+            if phase not in (_THINK, _OUTPUT):
+                phase = _OUTPUT
+            self.phase[mid] = phase
+        context = max(1, r.num_computed_tokens)
+        # Known from its first token on: planned as a one-token step.
+        self.core.add(mid, context, phase, context - 1, int(r.arrival_time * 1e9))
+        self.in_core.add(mid)
+
+
+class Scheduler(AsyncScheduler):
+    """vLLM's ``AsyncScheduler`` with Meridian's phase-aware decisions (module
+    docstring). Constructed by vLLM with the same arguments as its own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Raises MeridianSetupError (a ValueError) when Meridian cannot run
+        # with this model or configuration: better no engine than a wrong one.
+        self.meridian: _Adapter | None = _Adapter(self)
+
+    def meridian_stats(self) -> dict[str, Any]:
+        """Meridian's counters for this engine (steps, fallbacks, throttled
+        decodes, preemptions by phase, ...) and the C++ scheduler's."""
+        m = self.meridian
+        if m is None:
+            return {}
+        out = dict(m.stats)
+        out["tracked_requests"] = len(m.requests)
+        out["model_preset"] = m.setup.model_name
+        return out
+
+    # --- vLLM's hooks -------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        is_new = request.request_id not in self.requests
+        super().add_request(request)
+        m = self.meridian
+        if m is not None and is_new:
+            try:
+                m.add(request)
+            except Exception as e:  # noqa: BLE001 - the fail-safe
+                m.failed("add_request", e)
+
+    def schedule(self, throttle_prefills: bool = False) -> Any:
+        m = self.meridian
+        if m is None:
+            return super().schedule(throttle_prefills)
+        saved = (self.max_num_scheduled_tokens, self.max_num_running_reqs, self.max_num_active_reqs)
+        before = list(self.running)
+        held: list[Request] = []
+        try:
+            held, budget = m.before_schedule(self)
+            if held:
+                self.max_num_running_reqs -= len(held)
+                self.max_num_active_reqs -= len(held)
+            if budget is not None:
+                self.max_num_scheduled_tokens = budget
+        except Exception as e:  # noqa: BLE001 - the fail-safe
+            m.failed("schedule (planning)", e)
+            self.running[:] = before
+            held = []
+            self.max_num_scheduled_tokens, self.max_num_running_reqs, self.max_num_active_reqs = saved
+        try:
+            out = super().schedule(throttle_prefills)
+        finally:
+            if held:
+                self.running.extend(held)
+            self.max_num_scheduled_tokens, self.max_num_running_reqs, self.max_num_active_reqs = saved
+        try:
+            m.after_schedule(self, out)
+        except Exception as e:  # noqa: BLE001 - the fail-safe
+            m.failed("schedule (bookkeeping)", e)
+        return out
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        m = self.meridian
+        if m is not None:
+            try:
+                m.after_update(model_runner_output)
+            except Exception as e:  # noqa: BLE001 - the fail-safe
+                m.failed("update_from_output", e)
+        return outputs
+
+    def _preempt_request(self, request: Request, timestamp: float, drop_stale_output: bool = False) -> None:
+        super()._preempt_request(request, timestamp, drop_stale_output)
+        m = self.meridian
+        if m is not None:
+            try:
+                m.preempted(request.request_id)
+            except Exception as e:  # noqa: BLE001 - the fail-safe
+                m.failed("preemption bookkeeping", e)
+
+    def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
+        result = super()._free_request(request, delay_free_blocks)
+        m = self.meridian
+        if m is not None:
+            try:
+                m.forget(request.request_id)
+            except Exception as e:  # noqa: BLE001 - the fail-safe
+                m.failed("request reaping", e)
+        return result

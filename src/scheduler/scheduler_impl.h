@@ -1,0 +1,684 @@
+// DualQueueScheduler's private state and step algorithm, shared by the
+// files that implement its public methods (dual_queue_scheduler.cpp) and its
+// engine-adapter queries (engine_view.cpp). Not installed.
+//
+// Thread-safety: none (owned by one DualQueueScheduler).
+
+// The dual-queue step algorithm (ADR-0007) and phase-aware preemption
+// (ADR-0008, ADR-0015). One pass per step over the queues it needs:
+//   1. answer-phase decode (mandatory; may preempt think, then answer victims)
+//   2. swap-ins of preempted answer-phase requests
+//   3. think decode that is due under the think TPOT guarantee (mandatory)
+//   4. more think decode, oldest-last-token first, up to the think cap and,
+//      while answers stream, the output TPOT ceiling (leaving the prefill floor)
+//   5. prefill in lanes, each FCFS and none blocking another: chat arrivals,
+//      reasoning arrivals, then recompute victims (which keep a share of the
+//      budget), within the step ceiling but never less than
+//      min_prefill_tokens_per_step.
+// Think KV has no wall: think_phase_memory_fraction is a soft share that only
+// holds back new reasoning admissions while the pool is short (ADR-0015).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <utility>
+
+#include "meridian/kv_block_manager.h"
+#include "meridian/scheduler.h"
+#include "scheduler/request_table.h"
+
+namespace meridian {
+
+using sched_detail::kNil;
+using sched_detail::Queue;
+using sched_detail::RequestTable;
+using sched_detail::Slot;
+using sched_detail::SlotCold;
+
+struct DualQueueScheduler::Impl {
+  static constexpr double kNsToMs = 1e-6;
+  static constexpr double kStepEwmaAlpha = 0.25;
+  // The next step may carry up to this fraction more due work than this one.
+  static constexpr double kNextStepMargin = 0.5;
+  // Admission watermark: each running think request is expected to grow by this
+  // many tokens soon; new reasoning is held back when the pool cannot cover it
+  // (and think KV is over its soft share).
+  static constexpr std::uint32_t kGrowthHorizonTokens = 128;
+  // Answer-active steps aim this far below the output TPOT budget: the learned
+  // step model is an estimate, and due work and the prefill floor ride on top.
+  static constexpr double kOutputCeilingShare = 0.9;
+  // Prefill borrows the unused ceiling of about this many recent steps (the
+  // step-time EWMA's horizon at alpha 0.25).
+  static constexpr double kPrefillSlackSteps = 4.0;
+  // Backstop of the think guarantee: no single think gap beyond this many budgets.
+  static constexpr double kMaxGapBudgets = 4.0;
+  // Memory pressure ends once this share of the pool (1/50 = 2%) is free beyond
+  // the growth reserve.
+  static constexpr std::uint64_t kHighWatermarkDivisor = 50;
+
+  SchedulerOptions opt;
+  StepCostModel model;
+  RequestTable table;
+  StepPlan plan;
+  SchedulerCounters counters;
+  struct PlannedSlot {
+    std::uint32_t slot = kNil;
+    std::uint32_t generation = 0;  // when planned: a finished or reused slot is skipped
+  };
+  std::vector<PlannedSlot> planned;            // one per work item
+  std::vector<std::uint32_t> swapped_in;       // join their run queue at finalize()
+  std::array<std::uint32_t, 2> last_served{};  // per run queue: end of the served prefix
+  std::array<bool, 2> served_out_of_order{};  // per run queue: a decode was not at the front of what was left
+  std::vector<std::uint32_t> chosen;          // preemption scratch
+  std::vector<std::uint32_t> to_abort;
+  std::uint64_t step = 0;
+  double recent_step_ms = 0;  // EWMA of observed step times
+  bool plan_pending = false;
+  std::uint64_t running_context = 0;  // sum of computed over the two running queues
+
+  // Per-step budget, reset by schedule().
+  std::uint64_t free_blocks = 0;
+  std::uint64_t think_share_left = 0;  // ThinkActive blocks below the soft share
+  std::uint64_t growth_reserve = 0;    // blocks running think requests will need soon (admission watermark)
+  std::uint64_t high_watermark = 0;    // free blocks that end memory pressure
+  bool pressure = false;               // a preemption happened and the pool has not recovered
+  bool idle_engine = false;            // nothing running: admit whatever fits
+  std::vector<std::uint32_t> think_victims;  // preemption scratch: think candidates
+  DualQueueScheduler::PrefixLookup prefix_lookup;
+  std::uint32_t tokens_left = 0;
+  std::uint32_t seqs_left = 0;
+  std::uint32_t victims_left = 0;
+  std::uint64_t tok = 0;
+  std::uint64_t kv = 0;
+
+  // log2(block_tokens) when it is a power of two (the usual 16): a 64-bit
+  // division per block computation was the largest cost of a decode.
+  int block_shift = -1;
+  // The think guarantee in ns, computed once: think_deadline() runs for
+  // every served think request and a division there was most of its cost.
+  double think_budget_ns = 0;
+  std::int64_t max_think_gap_ns = 0;
+
+  Impl(const SchedulerOptions& o, StepCostModel m)
+      : opt(o),
+        model(m),
+        think_budget_ns(o.think_tpot_budget_ms / kNsToMs),
+        max_think_gap_ns(static_cast<std::int64_t>(kMaxGapBudgets * think_budget_ns)) {
+    if (std::has_single_bit(o.block_tokens)) block_shift = std::countr_zero(o.block_tokens);
+  }
+
+  [[nodiscard]] std::uint32_t blocks_for(std::uint64_t tokens) const {
+    const std::uint64_t rounded_up = tokens + opt.block_tokens - 1;
+    return static_cast<std::uint32_t>(block_shift >= 0 ? rounded_up >> block_shift
+                                                       : rounded_up / opt.block_tokens);
+  }
+  // Whether `tokens` fills whole blocks, so the next token opens a new one.
+  [[nodiscard]] bool block_boundary(std::uint64_t tokens) const {
+    return block_shift >= 0 ? (tokens & (opt.block_tokens - 1)) == 0 : tokens % opt.block_tokens == 0;
+  }
+  [[nodiscard]] std::uint32_t new_blocks(std::uint32_t context, std::uint32_t n) const {
+    return blocks_for(std::uint64_t{context} + n) - blocks_for(context);
+  }
+  // Blocks whose first token lies past the prompt, allocated while thinking.
+  [[nodiscard]] std::uint32_t new_think_blocks(const Slot& r, std::uint32_t context, std::uint32_t n) const {
+    if (r.phase != Phase::kThinkDecode) return 0;
+    const std::uint32_t lo = std::max(blocks_for(context), blocks_for(r.prompt));
+    const std::uint32_t hi = blocks_for(std::uint64_t{context} + n);
+    return hi > lo ? hi - lo : 0;
+  }
+  [[nodiscard]] std::uint32_t held_blocks(const Slot& r) const {
+    const std::uint32_t held = blocks_for(r.computed);
+    const std::uint32_t shared = table.cold(r).shared_blocks;
+    return held > shared ? held - shared : 0;
+  }
+  [[nodiscard]] bool in_batch(const Slot& r) const { return r.batch_step == step; }
+  // A re-admitted victim is not a victim again for a while (longer each time).
+  void guard_readmission(std::uint32_t s) {
+    SlotCold& c = table.cold(s);
+    c.guard_until_step = step + std::uint64_t{opt.preempt_readmit_guard_steps} * c.preemptions;
+  }
+  [[nodiscard]] bool running(const Slot& r) const {
+    return r.queue == Queue::kOutputQueue || r.queue == Queue::kThinkQueue;
+  }
+
+  // Inlined: it runs once per scheduled request, and a call with seven
+  // arguments cost as much as the work itself (docs/benchmarks.md).
+  [[gnu::always_inline]] void emit(std::uint32_t s, WorkKind kind, std::uint32_t tokens, std::uint32_t nb,
+                                   std::uint32_t ntb, bool due, bool completes) {
+    Slot& r = table.at(s);
+    plan.work.push_back({r.id, kind, r.phase, tokens, r.computed, nb, ntb, due, completes});
+    planned.push_back({s, r.generation});
+    if (kind == WorkKind::kDecode) {
+      // Served decodes rotate to the back in O(1) only while they are a prefix of their queue.
+      if (r.prev != last_served[r.queue]) served_out_of_order[r.queue] = true;
+      last_served[r.queue] = s;
+    }
+    if (kind != WorkKind::kPrefill && r.phase == Phase::kOutputDecode) ++plan.stats.output_batch;
+    r.batch_step = step;
+    free_blocks -= nb;
+    --seqs_left;
+    tokens_left -= tokens;
+    tok += tokens;
+    kv += std::uint64_t{r.computed} + tokens;
+  }
+
+  // --- preemption (ADR-0008) -------------------------------------------------
+
+  // Anti-livelock: within a tier only younger requests are victims, so the
+  // oldest request of a tier can always make progress. Answer-phase
+  // requesters may take think-phase victims of any age.
+  // The re-admission guard protects a victim from requesters of its own phase
+  // only: an answer-phase request never waits while a think victim exists.
+  // A partial prefill (waiting, holding blocks, producing nothing) is a
+  // victim for a running requester of any age: otherwise an older partial
+  // prefill and a younger running request could each wait for the other.
+  [[nodiscard]] bool candidate(std::uint32_t s, std::uint32_t requester) const {
+    const Slot& r = table.at(s);
+    if (in_batch(r) || r.computed == 0 || s == requester) return false;
+    const Slot& q = table.at(requester);
+    if (!running(r) && running(q)) return true;
+    const bool same_tier = r.phase == q.phase;
+    if (same_tier && step < table.cold(r).guard_until_step) return false;
+    return !same_tier || table.older(requester, s);
+  }
+
+  // Picks victims in the order below, within the per-step cap, until `need`
+  // blocks are free. Preempts nobody unless the whole shortfall can be
+  // covered. Answer-phase victims only for an answer-phase requester.
+  bool preempt_for(std::uint32_t requester, std::uint64_t need, bool answer_victims) {
+    if (!opt.preemption_enabled || victims_left == 0) return false;
+    std::uint64_t got = free_blocks;
+    chosen.clear();
+    auto satisfied = [&] { return got >= need; };
+    // `phase`: only victims in that phase (kComplete: any).
+    auto scan = [&](std::uint8_t q, Phase phase) {
+      for (std::uint32_t s = table.front(q); s != kNil && !satisfied() && chosen.size() < victims_left;
+           s = table.at(s).next) {
+        const Slot& r = table.at(s);
+        if (phase != Phase::kComplete && r.phase != phase) continue;
+        if (!candidate(s, requester)) continue;
+        // A victim that frees nothing would only waste the cap.
+        if (held_blocks(r) == 0) continue;
+        chosen.push_back(s);
+        got += held_blocks(r);
+      }
+    };
+    // Think-phase work first, answer-phase last (ADR-0015): reasoning partial
+    // prefills (they are not a prefix of their queue under prefill lanes),
+    // then running think requests, least progress lost first (the shortest
+    // context, then the newest, as vLLM takes its newest request); only then
+    // answer-phase partial prefills (a chat prompt not yet streaming), and
+    // streaming answers only for an answer-phase requester.
+    scan(Queue::kResumeQueue, Phase::kThinkDecode);
+    scan(Queue::kWaitQueue, Phase::kThinkDecode);
+    think_victims.clear();
+    bool think_holders = false;  // running think requests holding KV that this requester may not take
+    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
+      const Slot& r = table.at(s);
+      if (s == requester || in_batch(r) || held_blocks(r) == 0) continue;
+      if (candidate(s, requester)) {
+        think_victims.push_back(s);
+      } else {
+        think_holders = true;
+      }
+    }
+    std::sort(think_victims.begin(), think_victims.end(), [&](std::uint32_t a, std::uint32_t b) {
+      const Slot& x = table.at(a);
+      const Slot& y = table.at(b);
+      return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
+    });
+    for (std::uint32_t s : think_victims) {
+      if (satisfied() || chosen.size() >= victims_left) break;
+      chosen.push_back(s);
+      got += held_blocks(table.at(s));
+    }
+    // A think requester takes an answer-phase partial prefill only when no
+    // think request holds KV at all (the older ones it may not take will
+    // progress first); without that last resort a lone think request and a
+    // stuck chat prefill could wait for each other.
+    const bool think_requester = table.at(requester).phase == Phase::kThinkDecode;
+    if (!(think_requester && think_holders)) {
+      scan(Queue::kResumeQueue, Phase::kOutputDecode);
+      scan(Queue::kWaitQueue, Phase::kOutputDecode);
+    }
+    if (answer_victims) scan(Queue::kOutputQueue, Phase::kComplete);
+    if (!satisfied()) return false;
+    for (std::uint32_t s : chosen) preempt(s);
+    return true;
+  }
+
+  void preempt(std::uint32_t s) {
+    Slot& r = table.at(s);
+    const bool was_running = running(r);
+    const bool keeps_kv = was_running && (opt.fabric_offload || r.phase == Phase::kOutputDecode);
+    const ReclaimMode mode = opt.fabric_offload && was_running ? ReclaimMode::kOffload
+                             : keeps_kv                        ? ReclaimMode::kSwap
+                                                               : ReclaimMode::kRecompute;
+    const std::uint32_t held = held_blocks(r);
+    free_blocks += held;
+    if (was_running) running_context -= r.computed;
+    SlotCold& c = table.cold(s);
+    ++c.preemptions;
+    plan.preemptions.push_back({r.id, r.phase, mode, held, c.preemptions});
+    ++counters.preemptions[static_cast<std::size_t>(mode)];
+    ++(r.phase == Phase::kOutputDecode ? counters.preempted_output : counters.preempted_think);
+    --victims_left;
+    pressure = true;
+    c.admitted = false;
+    if (keeps_kv) {
+      c.shared_blocks = 0;  // released; the swap-in allocates every block anew
+      table.push_back(Queue::kSwapQueue, s);
+      return;
+    }
+    c.target = r.prompt + r.generated;
+    r.computed = 0;
+    c.shared_blocks = 0;
+    r.think_blocks = 0;
+    table.insert_by_arrival(Queue::kResumeQueue, s);
+  }
+
+  // --- the step --------------------------------------------------------------
+
+  // Answers may always preempt (think victims first). The think TPOT
+  // guarantee may not while the pool is under pressure (a preemption already
+  // happened and memory has not recovered): it degrades to a stall instead of
+  // feeding a preemption storm, unless nothing at all could run this step
+  // (then progress needs a victim).
+  [[nodiscard]] bool may_preempt(const Slot& r) const {
+    return r.phase == Phase::kOutputDecode || !pressure || plan.work.empty();
+  }
+
+  // Schedules one decode; mandatory work may preempt. Returns whether it ran.
+  [[gnu::always_inline]] bool try_decode(std::uint32_t s, bool mandatory, bool due) {
+    Slot& r = table.at(s);
+    // One token needs a new block only when the last one is full; the think
+    // formula is the slow path.
+    std::uint32_t nb = 0;
+    std::uint32_t ntb = 0;
+    if (block_boundary(r.computed)) {
+      nb = 1;
+      ntb = new_think_blocks(r, r.computed, 1);
+      if (nb > free_blocks &&
+          !(mandatory && may_preempt(r) && preempt_for(s, nb, r.phase == Phase::kOutputDecode))) {
+        stall(r, nb);
+        return false;
+      }
+    }
+    emit(s, WorkKind::kDecode, 1, nb, ntb, due, false);
+    return true;
+  }
+
+  void stall(Slot& r, std::uint32_t nb) {
+    r.stalled_step = step;
+    ++plan.stats.stalled;
+    ++counters.stalls;
+    // Alone it can never fit: waiting would hang forever, so it is ended.
+    const bool never_fits = std::uint64_t{blocks_for(r.computed)} + nb > opt.total_kv_blocks;
+    if (never_fits) to_abort.push_back(table.find(r.id));
+  }
+
+  void decode_outputs() {
+    for (std::uint32_t s = table.front(Queue::kOutputQueue); s != kNil; s = table.at(s).next) {
+      if (seqs_left == 0 || tokens_left == 0) return;
+      try_decode(s, true, false);
+    }
+  }
+
+  void swap_in() {
+    for (std::uint32_t s = table.front(Queue::kSwapQueue); s != kNil;) {
+      Slot& r = table.at(s);
+      const std::uint32_t next = r.next;
+      if (seqs_left == 0 || tokens_left == 0) return;
+      const std::uint32_t nb = blocks_for(r.computed) + new_blocks(r.computed, 1);
+      const std::uint32_t ntb = r.think_blocks + new_think_blocks(r, r.computed, 1);
+      if (nb > free_blocks && !preempt_for(s, nb, false)) return;  // FIFO
+      emit(s, WorkKind::kSwapIn, 1, nb, ntb, false, false);
+      running_context += r.computed;
+      guard_readmission(s);
+      // Stays in the swap queue until finalize(): were it in a run queue now,
+      // the think pass could reach it and schedule it twice.
+      swapped_in.push_back(s);
+      s = next;
+    }
+  }
+
+  // The think TPOT guarantee (ADR-0015) is the SLO's own quantity: a think
+  // request's mean gap, think duration / think tokens, stays within
+  // think_tpot_budget_ms. A request skipped now is next served at the end of
+  // the next step at the latest (plus a margin for the next step carrying
+  // more due work), so it is due when that would lift its mean past the
+  // budget, or stretch this one gap past kMaxGapBudgets budgets (a backstop:
+  // no request is parked for long even with slack in its mean), or when it
+  // found no KV block last step (it may now preempt, so memory pressure
+  // cannot park it forever). The slack in the mean is what lets answer steps
+  // stay short through load peaks. A step is estimated as the largest of the
+  // recent step time, this step's ceiling and a step holding every running
+  // request plus the prefill floor. Due requests are scattered over the think
+  // queue (it is ordered by last token, the mean depends on each request's
+  // history), so the whole queue is scanned.
+  // Each request carries its deadline (think_deadline()), so the scan is one
+  // comparison per request.
+  void decode_due_think(std::int64_t now_ns, double floor_ms) {
+    constexpr double kSteps = 2 + kNextStepMargin;
+    const std::int64_t horizon_end_ns = now_ns + static_cast<std::int64_t>(kSteps * floor_ms / kNsToMs);
+    auto is_due = [&](const Slot& r) {
+      return horizon_end_ns > r.think_deadline_ns || (r.stalled_step != 0 && r.stalled_step + 1 == step);
+    };
+    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
+      if (seqs_left == 0 || tokens_left == 0) break;
+      if (!is_due(table.at(s))) continue;
+      if (try_decode(s, true, true)) ++plan.stats.due_think;
+    }
+    counters.due_think_decodes += plan.stats.due_think;
+  }
+
+  // Largest chunk <= want whose blocks fit in the free blocks.
+  [[nodiscard]] std::uint32_t fit_chunk(const Slot& r, std::uint32_t want) const {
+    const std::uint64_t c = r.computed;
+    const std::uint64_t bt = opt.block_tokens;
+    // With `allowed` blocks beyond block `first`, tokens up to (first + allowed) * bt fit.
+    // Both products stay below 2^34 once `allowed` is capped at what `want` could use.
+    auto limit = [&](std::uint64_t first, std::uint64_t allowed) {
+      if (allowed > want / bt + 1) return std::uint64_t{want};
+      const std::uint64_t end = (first + allowed) * bt;
+      return end > c ? end - c : 0;
+    };
+    const std::uint64_t cap = limit(blocks_for(c), free_blocks);
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(want, cap));
+  }
+
+  // Prefill lanes (ADR-0015). Each lane is FCFS and a request that does not
+  // fit blocks only its own lane: chat arrivals never wait behind reasoning,
+  // and no new arrival waits behind a recompute victim.
+  enum Lane : std::uint8_t { kChatLane = 0, kReasoningLane = 1, kResumeLane = 2, kLaneCount = 3 };
+
+  [[nodiscard]] static Lane lane_of(const Slot& r) {
+    if (r.queue == Queue::kResumeQueue) return kResumeLane;
+    return r.phase == Phase::kOutputDecode ? kChatLane : kReasoningLane;
+  }
+
+  // Admission watermarks (ADR-0015): blocks that must stay free after a new
+  // (re)prefill starts. Outside pressure, chat needs none and reasoning keeps
+  // the running think requests' growth free once think KV is over its soft
+  // share; recompute victims always keep it. Under pressure (a preemption
+  // happened and the pool has not recovered past the high watermark) chat
+  // keeps the growth reserve and everything else the high watermark, so
+  // victims are not re-admitted only to be preempted again (hysteresis).
+  // A prefill already under way is never held, nor anything when nothing runs.
+  [[nodiscard]] std::uint64_t watermark(Lane lane) const {
+    if (lane == kChatLane) return pressure ? growth_reserve : 0;
+    if (pressure) return high_watermark;
+    return lane == kResumeLane || think_share_left == 0 ? growth_reserve : 0;
+  }
+  [[nodiscard]] bool admission_held(const Slot& r, std::uint32_t chunk) const {
+    if (table.cold(r).admitted || idle_engine) return false;
+    return free_blocks < std::uint64_t{new_blocks(r.computed, chunk)} + watermark(lane_of(r));
+  }
+
+  // Schedules prefill from one queue's lane(s) within `budget`; returns what is left.
+  std::uint32_t prefill_lanes(std::uint8_t q, std::uint32_t budget, std::array<bool, kLaneCount>& blocked) {
+    for (std::uint32_t s = table.front(q); s != kNil && budget > 0 && seqs_left > 0; s = table.at(s).next) {
+      Slot& r = table.at(s);
+      const Lane lane = lane_of(r);
+      if (blocked[lane]) continue;
+      if (in_batch(r)) continue;  // a chunk already planned this step
+      SlotCold& c = table.cold(s);
+      std::uint32_t remaining = c.target - r.computed;
+      std::uint32_t want = std::min(remaining, budget);
+      std::uint32_t chunk = fit_chunk(r, want);
+      if (chunk > 0 && admission_held(r, chunk)) chunk = 0;
+      // Admitted (as if nothing were cached): now attach what the prefix
+      // cache holds, so only the rest is computed.
+      if (chunk > 0 && !c.admitted && r.computed == 0 && prefix_lookup) {
+        attach_cached(r);
+        remaining = c.target - r.computed;
+        want = std::min(remaining, budget);
+        chunk = fit_chunk(r, want);
+      }
+      // Victims wait for blocks that finishing requests free; they never
+      // preempt to get back in (that is how preemption storms start).
+      if (chunk == 0) {  // FCFS within the lane: nobody in it overtakes
+        r.stalled_step = step;
+        blocked[lane] = true;
+        continue;
+      }
+      emit(s, WorkKind::kPrefill, chunk, new_blocks(r.computed, chunk),
+           new_think_blocks(r, r.computed, chunk), false, chunk == remaining);
+      c.admitted = true;
+      ++plan.stats.prefill_requests;
+      plan.stats.prefill_tokens += chunk;
+      budget -= chunk;
+      if (chunk < remaining) blocked[lane] = true;  // a partial chunk ends its lane's turn
+    }
+    return budget;
+  }
+
+  // At admission, like vLLM: a new request finds its prompt prefix, and a
+  // recompute victim its own blocks that are still cached; only the rest is
+  // computed. Nothing is attached while a request waits, so waiting holds no
+  // KV. The attached blocks leave the evictable cache: they no longer count
+  // as free.
+  void attach_cached(Slot& r) {
+    const std::uint32_t target = table.cold(r).target;
+    const std::uint32_t cached = std::min(prefix_lookup(r.id, target), target - 1);
+    const std::uint32_t blocks = cached / opt.block_tokens;
+    r.computed = blocks * opt.block_tokens;
+    table.cold(r).shared_blocks = blocks;
+    free_blocks -= std::min<std::uint64_t>(free_blocks, blocks);
+    counters.admission_cached_tokens += r.computed;
+  }
+
+  void prefill(double ceiling_ms) {
+    const StepCostCoefficients k = model.coefficients();
+    const double per_token_ms = k.per_token_ms + k.per_kv_token_us * 1e-3;
+    const double room_ms = ceiling_ms - model.predict_ms(tok, kv);
+    double fit = per_token_ms > 0 ? std::floor(std::max(room_ms, 0.0) / per_token_ms) : 1e18;
+    fit = std::max(fit, static_cast<double>(opt.min_prefill_tokens_per_step));
+    std::uint32_t budget = static_cast<std::uint32_t>(std::min(fit, static_cast<double>(tokens_left)));
+    plan.stats.prefill_budget_tokens = budget;
+    // Recompute victims keep a share of the budget so they cannot starve;
+    // arrivals get the rest first, then whatever the victims leave.
+    const bool resuming = table.depth(Queue::kResumeQueue) > 0;
+    const std::uint32_t resume_share = resuming ? budget / 4 : 0;
+    std::array<bool, kLaneCount> blocked{};
+    std::uint32_t left = prefill_lanes(Queue::kWaitQueue, budget - resume_share, blocked) + resume_share;
+    left = prefill_lanes(Queue::kResumeQueue, left, blocked);
+    if (left > 0) prefill_lanes(Queue::kWaitQueue, left, blocked);
+  }
+
+  // Leaves `reserve_tokens` (and one sequence slot) for the prefill floor.
+  void decode_optional_think(bool output_active, double ceiling_ms, std::uint32_t think_cap,
+                             std::uint32_t reserve_tokens) {
+    const std::uint32_t reserve_seqs = reserve_tokens > 0 ? 1 : 0;
+    // The cost model is monotone in both features, so when even a request
+    // with no context would pass the ceiling, every one would: the walk
+    // (which would skip the whole due batch first) is not needed.
+    if (output_active && model.predict_ms(tok + 1, kv + 1) > ceiling_ms) return;
+    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
+      if (plan.stats.think_batch >= think_cap || seqs_left <= reserve_seqs || tokens_left <= reserve_tokens) {
+        return;
+      }
+      const Slot& r = table.at(s);
+      if (in_batch(r) || r.stalled_step == step) continue;  // due: planned, or found no block
+      if (output_active && model.predict_ms(tok + 1, kv + r.computed + 1) > ceiling_ms) return;
+      if (try_decode(s, false, false)) ++plan.stats.think_batch;
+    }
+  }
+
+  // Round robin: served decodes go to the back of their queue, in plan order,
+  // then swap-ins join theirs. Each pass walks its queue from the front, so
+  // in a queue where no decode was served out of order and without a stall
+  // (a skipped request) the served requests are exactly a prefix ending at
+  // last_served, moved in O(1); the other queue may still need the walk.
+  void finalize() {
+    StepStats& st = plan.stats;
+    std::array<bool, 2> in_order{};
+    for (std::uint8_t q : {std::uint8_t{Queue::kOutputQueue}, std::uint8_t{Queue::kThinkQueue}}) {
+      in_order[q] = st.stalled == 0 && !served_out_of_order[q];
+      if (in_order[q] && last_served[q] != kNil) table.rotate_prefix_to_back(q, last_served[q]);
+    }
+    if (!in_order[Queue::kOutputQueue] || !in_order[Queue::kThinkQueue]) {
+      for (std::size_t i = 0; i < plan.work.size(); ++i) {
+        const std::uint32_t s = planned[i].slot;
+        const std::uint8_t q = table.at(s).queue;
+        if (plan.work[i].kind == WorkKind::kDecode && !in_order[q]) table.push_back(q, s);
+      }
+    }
+    for (std::uint32_t s : swapped_in) {
+      table.push_back(table.at(s).phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue,
+                      s);
+    }
+    for (std::uint32_t s : to_abort) {
+      if (table.at(s).batch_step == step) continue;  // ran after all (a later preemption freed room)
+      plan.aborted.push_back(table.at(s).id);
+      ++counters.aborted;
+      drop(s);
+    }
+    to_abort.clear();
+    st.total_tokens = tok;
+    st.kv_tokens = kv;
+    st.predicted_step_ms = model.predict_ms(tok, kv);
+    if (st.output_slo_bound && st.predicted_step_ms > opt.output_tpot_budget_ms) {
+      ++counters.output_slo_overruns;
+    }
+    counters.scheduled_tokens += tok;
+  }
+
+  void drop(std::uint32_t s) {
+    const Slot& r = table.at(s);
+    if (running(r)) running_context -= r.computed;
+    table.destroy(s);
+  }
+
+  // B_o: decodes that fit output_tpot_budget_ms at the mean running context.
+  [[nodiscard]] std::uint32_t output_batch_budget(std::uint32_t running_count, std::uint32_t max_seqs) const {
+    const StepCostCoefficients k = model.coefficients();
+    const double ctx = running_count == 0 ? 0.0 : static_cast<double>(running_context) / running_count;
+    const double per_seq_ms = k.per_token_ms + k.per_kv_token_us * 1e-3 * (ctx + 1);
+    const double room = opt.output_tpot_budget_ms - k.base_ms;
+    const double n = per_seq_ms > 0 ? std::floor(room / per_seq_ms) : static_cast<double>(max_seqs);
+    return static_cast<std::uint32_t>(std::clamp(n, 1.0, static_cast<double>(std::max(max_seqs, 1U))));
+  }
+
+  const StepPlan& schedule(const StepLimits& limits, std::int64_t now_ns) {
+    ++step;
+    ++counters.steps;
+    plan.step = step;
+    plan.work.clear();
+    plan.preemptions.clear();
+    plan.aborted.clear();
+    plan.stats = StepStats{};
+    planned.clear();
+    swapped_in.clear();
+    last_served.fill(kNil);
+    served_out_of_order.fill(false);
+    free_blocks = limits.free_kv_blocks;
+    think_share_left = limits.free_think_kv_blocks;
+    tokens_left = limits.token_budget;
+    seqs_left = limits.max_sequences;
+    tok = kv = 0;
+
+    StepStats& st = plan.stats;
+    st.output_queue_depth = table.depth(Queue::kOutputQueue);
+    st.think_queue_depth = table.depth(Queue::kThinkQueue);
+    st.waiting_depth = table.depth(Queue::kWaitQueue) + table.depth(Queue::kResumeQueue);
+    st.swapped_depth = table.depth(Queue::kSwapQueue);
+    const std::uint32_t running_count = st.output_queue_depth + st.think_queue_depth;
+    growth_reserve = std::uint64_t{st.think_queue_depth} * blocks_for(kGrowthHorizonTokens);
+    high_watermark = growth_reserve + opt.total_kv_blocks / kHighWatermarkDivisor;
+    if (pressure && free_blocks >= high_watermark) pressure = false;
+    idle_engine = running_count == 0 && st.swapped_depth == 0;
+    victims_left =
+        opt.preemption_enabled
+            ? std::max(1U, static_cast<std::uint32_t>(std::floor(opt.preempt_max_fraction * running_count)))
+            : 0;
+    const bool output_active = st.output_queue_depth > 0 || st.swapped_depth > 0;
+    st.output_slo_bound = output_active;
+    st.output_batch_budget = output_batch_budget(running_count, limits.max_sequences);
+    st.think_batch_cap = static_cast<std::uint32_t>(
+        std::max(1.0, std::floor(opt.think_batch_multiplier * st.output_batch_budget)));
+    // Without answers, steps stay short enough that a think request may be
+    // skipped at least once: two steps (plus margin) within half the budget.
+    st.step_ceiling_ms = output_active ? kOutputCeilingShare * opt.output_tpot_budget_ms
+                                       : opt.think_tpot_budget_ms / (2 * (2 + kNextStepMargin));
+
+    decode_outputs();
+    swap_in();
+    const bool waiting = st.waiting_depth > 0;
+    const std::uint32_t floor_tokens = waiting ? std::min(opt.min_prefill_tokens_per_step, tokens_left) : 0;
+    // No step of this plan can be longer than one holding every running
+    // request plus the prefill floor, or the ceiling: bound S by it too.
+    const double full_step_ms = model.predict_ms(std::uint64_t{running_count} + floor_tokens,
+                                                 running_context + running_count + floor_tokens);
+    decode_due_think(now_ns, std::max({st.step_ceiling_ms, recent_step_ms, full_step_ms}));
+    st.think_batch = st.due_think;
+    decode_optional_think(output_active, st.step_ceiling_ms, st.think_batch_cap, floor_tokens);
+    // Prefill may borrow what recent steps left unused below the ceiling: the
+    // answer SLO bounds the *mean* gap, so one longer step after a few short
+    // ones keeps it, and a prompt finishes in fewer steps (TTFT).
+    const double slack_ms = recent_step_ms > 0 ? std::max(0.0, st.step_ceiling_ms - recent_step_ms) : 0.0;
+    prefill(st.step_ceiling_ms + kPrefillSlackSteps * slack_ms);
+    finalize();
+    plan_pending = true;
+    return plan;
+  }
+
+  // When a think request's next token must have come: skipped past it, its
+  // mean gap over the `generated` gaps since its first token would pass the
+  // budget, or this one gap would pass kMaxGapBudgets budgets.
+  [[nodiscard]] std::int64_t think_deadline(const Slot& r, const SlotCold& c) const {
+    const auto by_mean =
+        c.first_token_ns + static_cast<std::int64_t>(think_budget_ns * static_cast<double>(r.generated));
+    const auto by_gap = c.last_token_ns + max_think_gap_ns;
+    return std::min(by_mean, by_gap);
+  }
+
+  void complete(double observed_ms, std::int64_t end_ns, std::span<const RequestId> not_run) {
+    if (!plan_pending) return;
+    plan_pending = false;
+    if (!model.observe(plan.stats.total_tokens, plan.stats.kv_tokens, observed_ms)) {
+      ++counters.rejected_step_times;
+    }
+    const double took =
+        std::isfinite(observed_ms) && observed_ms > 0 ? observed_ms : plan.stats.predicted_step_ms;
+    // Smoothed so one long step (a big prefill) does not make every think request due.
+    recent_step_ms = recent_step_ms == 0 ? took : recent_step_ms + kStepEwmaAlpha * (took - recent_step_ms);
+    for (std::size_t i = 0; i < plan.work.size(); ++i) {
+      const ScheduledWork& w = plan.work[i];
+      const std::uint32_t s = planned[i].slot;
+      Slot& r = table.at(s);
+      if (r.generation != planned[i].generation) continue;  // finished or reused meanwhile
+      if (!not_run.empty() && std::find(not_run.begin(), not_run.end(), w.id) != not_run.end()) continue;
+      // A swap-in re-allocates all of the request's blocks: its ThinkActive
+      // count is what it just got, not an addition.
+      if (r.phase == Phase::kThinkDecode) {
+        r.think_blocks =
+            w.kind == WorkKind::kSwapIn ? w.new_think_blocks : r.think_blocks + w.new_think_blocks;
+      }
+      r.computed += w.tokens;
+      SlotCold& c = table.cold(s);
+      if (w.kind != WorkKind::kPrefill) {
+        ++r.generated;
+        c.last_token_ns = end_ns;
+        // Only think requests have a deadline (answers never go back to thinking).
+        if (r.phase == Phase::kThinkDecode) r.think_deadline_ns = think_deadline(r, c);
+        if (running(r)) running_context += w.tokens;
+        continue;
+      }
+      if (r.computed < c.target) continue;
+      ++r.generated;  // the chunk that completes prefill samples a token
+      c.last_token_ns = end_ns;
+      if (c.first_token_ns == 0) c.first_token_ns = end_ns;
+      r.think_deadline_ns = think_deadline(r, c);
+      guard_readmission(s);
+      running_context += r.computed;
+      table.push_back(r.phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue, s);
+    }
+  }
+};
+
+}  // namespace meridian

@@ -1,0 +1,121 @@
+"""A real vLLM 0.32 scheduler built offline and stepped by hand.
+
+The configuration comes from tests/data/qwen3-tiny (a Qwen3 config and the
+real Qwen3 tokenizer), so vLLM derives the real think ids; the scheduler is
+vLLM's own class (or Meridian's subclass); each step hands
+``update_from_output`` a real ``ModelRunnerOutput`` with one token per
+scheduled request, chosen by the test. Nothing of vLLM is faked: only the
+model's choice of tokens is the test's.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Callable, Iterable
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
+
+import torch  # noqa: E402
+from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, StructuredOutputsConfig, VllmConfig  # noqa: E402
+from vllm.config.reasoning import ReasoningConfig  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import sha256  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+TINY_MODEL = pathlib.Path(__file__).resolve().parents[1] / "data" / "qwen3-tiny"
+
+THINK = 151667  # <think>
+END_THINK = 151668  # </think>
+EOS = 151645  # <|im_end|>
+TOOL_CALL = 151657  # <tool_call>
+WORD = 1000  # an ordinary token
+
+BLOCK = 16
+_hasher_ready = False
+
+
+def vllm_config(*, max_num_seqs: int = 64, max_num_batched_tokens: int = 8192, num_blocks: int = 1000,
+                reasoning_parser: str | None = "qwen3", max_model_len: int = 8192) -> VllmConfig:
+    model = ModelConfig(model=str(TINY_MODEL), tokenizer=str(TINY_MODEL), dtype="float16",
+                        max_model_len=max_model_len, seed=0)
+    sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                            max_model_len=max_model_len, is_encoder_decoder=False)
+    cache = CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, cache_dtype="auto",
+                        enable_prefix_caching=True)
+    cache.num_gpu_blocks = num_blocks
+    kwargs = {}
+    if reasoning_parser:
+        kwargs["structured_outputs_config"] = StructuredOutputsConfig(reasoning_parser=reasoning_parser)
+        kwargs["reasoning_config"] = ReasoningConfig(reasoning_parser=reasoning_parser)
+    return VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache, **kwargs)
+
+
+def build(cls: type = AsyncScheduler, **kwargs) -> AsyncScheduler:
+    """vLLM's scheduler class `cls`, constructed as the engine does."""
+    global _hasher_ready
+    config = vllm_config(**kwargs)
+    num_blocks = config.cache_config.num_gpu_blocks
+    kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1,
+                                                      dtype=torch.float32))])
+    if not _hasher_ready:
+        init_none_hash(sha256)
+        _hasher_ready = True
+    return cls(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
+               block_size=BLOCK, log_stats=False)
+
+
+def request(rid: str, prompt: list[int], *, max_tokens: int = 4096, extra_args: dict | None = None,
+            arrival: float | None = None) -> Request:
+    params = SamplingParams(max_tokens=max_tokens, stop_token_ids=[EOS], extra_args=extra_args)
+    return Request(request_id=rid, prompt_token_ids=list(prompt), sampling_params=params, pooling_params=None,
+                   arrival_time=arrival, block_hasher=get_request_block_hasher(BLOCK, sha256))
+
+
+def prompt(n: int, salt: int = 0) -> list[int]:
+    """n ordinary prompt tokens, distinct per salt (no accidental prefix hits)."""
+    return [2000 + (salt * 7919 + i) % 50000 for i in range(n)]
+
+
+TokenChooser = Callable[[Request], int]
+
+
+def step(sched: AsyncScheduler, choose: TokenChooser):
+    """One engine step: schedule(), one token per scheduled request whose
+    prefill completes (chosen by `choose`), update_from_output().
+    Returns (scheduler_output, engine outputs)."""
+    out = sched.schedule()
+    req_ids = list(out.num_scheduled_tokens)
+    sampled = []
+    for rid in req_ids:
+        r = sched.requests[rid]
+        done_prefill = r.num_computed_tokens >= r.num_tokens
+        sampled.append([choose(r)] if done_prefill else [])
+    mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                            sampled_token_ids=sampled)
+    engine_out = sched.update_from_output(out, mro)
+    return out, engine_out
+
+
+def script(tokens_by_request: dict[str, Iterable[int]], default: int = WORD) -> TokenChooser:
+    """Each request emits its scripted tokens in order, then `default`."""
+    iters = {rid: iter(toks) for rid, toks in tokens_by_request.items()}
+
+    def choose(r: Request) -> int:
+        it = iters.get(r.request_id)
+        return next(it, default) if it is not None else default
+
+    return choose
+
+
+__all__ = ["AsyncScheduler", "Request", "RequestStatus", "SamplingParams", "build", "request", "prompt",
+           "step", "script", "THINK", "END_THINK", "EOS", "TOOL_CALL", "WORD", "TINY_MODEL", "vllm_config"]
