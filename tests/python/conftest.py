@@ -1,7 +1,23 @@
 import os
 import pathlib
+import tempfile
 
 import pytest
+
+# The real vLLM on a CPU-only machine, offline, writing nothing under $HOME
+# (docs/deployment.md#testing-against-the-real-vllm). Set before any test
+# imports vLLM; a value already in the environment wins.
+for _key, _value in {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}.items():
+    os.environ.setdefault(_key, _value)
+os.environ.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="meridian-vllm-cache-"))
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"

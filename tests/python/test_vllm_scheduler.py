@@ -339,3 +339,18 @@ def test_invalid_config_file_names_the_field(tmp_path, monkeypatch):
     write_config(tmp_path, monkeypatch, "[scheduler]\noutput_tpot_budget_ms = -1\n")
     with pytest.raises(MeridianSetupError, match="scheduler.output_tpot_budget_ms"):
         build(Scheduler)
+
+
+def test_kv_tiers_mirror_the_running_requests():
+    sched = build(Scheduler)
+    sched.add_request(request("t", prompt(32, 1)))
+    sched.add_request(request("a", prompt(32, 2)))
+    choose = script({"t": [THINK] + [WORD] * 100, "a": [THINK] + [WORD] * 15 + [END_THINK] + [WORD] * 100})
+    for _ in range(40):
+        step(sched, choose)
+    tiers = sched.meridian_stats()["kv_blocks"]
+    # t: 32 prompt + 40 generated, all thinking; a: 16 think tokens, then answering.
+    assert tiers["think_active"] == 3  # ceil(39 think tokens / 16)
+    assert tiers["think_complete"] == 1
+    total = sum(-(-r.num_computed_tokens // 16) for r in sched.running)
+    assert sum(tiers.values()) == total

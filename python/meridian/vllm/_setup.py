@@ -127,39 +127,71 @@ def resolve_setup(vllm_config: Any) -> Setup:
 
 # --- per-request overrides ---------------------------------------------------
 
-#: SamplingParams.extra_args["meridian"] keys, and what each accepts.
+#: Python API: SamplingParams(extra_args={"meridian": {"forcing": False}}).
+#: OpenAI API: "vllm_xargs": {"meridian_forcing": "false"} (vLLM's vllm_xargs
+#: holds only flat string / number values, so each key is also accepted flat,
+#: prefixed "meridian_", with booleans as true/false, 1/0 or "true"/"false").
 EXTRA_ARGS_KEY = "meridian"
+FLAT_PREFIX = "meridian_"
 _BOOL_KEYS = {"forcing", "throttle"}
 _INT_KEYS = {"max_think_tokens": 1, "min_think_tokens": 0}
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _as_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"extra_args.meridian.{key} must be true or false; got {value!r}")
+
+
+def _as_int(key: str, value: Any, low: int) -> int:
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        number = int(value.strip())
+    if number is None or number < low:
+        raise ValueError(f"extra_args.meridian.{key} must be an integer >= {low}; got {value!r}")
+    return number
 
 
 def validate_extra_args(extra_args: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The request's ``extra_args["meridian"]`` overrides, validated.
+    """The request's Meridian overrides, validated and normalised.
 
     ``forcing`` (bool): False never forces the end of thinking for this
     request. ``throttle`` (bool): False never holds this request's think
     decode back. ``max_think_tokens`` (int >= 1) and ``min_think_tokens``
-    (int >= 0) replace the configured values. Raises ValueError naming the
-    key on anything else.
+    (int >= 0) replace the configured values. Given as
+    ``extra_args["meridian"][key]`` or ``extra_args["meridian_" + key]``.
+    Raises ValueError naming the key on anything else.
     """
-    if not extra_args or EXTRA_ARGS_KEY not in extra_args:
+    if not extra_args:
         return {}
-    raw = extra_args[EXTRA_ARGS_KEY]
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"extra_args.meridian must be a mapping; got {type(raw).__name__}")
+    raw: dict[str, Any] = {}
+    nested = extra_args.get(EXTRA_ARGS_KEY)
+    if nested is not None:
+        if not isinstance(nested, Mapping):
+            raise ValueError(f"extra_args.meridian must be a mapping; got {type(nested).__name__}")
+        raw.update(nested)
+    for key, value in extra_args.items():
+        if isinstance(key, str) and key.startswith(FLAT_PREFIX):
+            raw[key[len(FLAT_PREFIX):]] = value
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key in _BOOL_KEYS:
-            if not isinstance(value, bool):
-                raise ValueError(f"extra_args.meridian.{key} must be true or false; got {value!r}")
+            out[key] = _as_bool(key, value)
         elif key in _INT_KEYS:
-            low = _INT_KEYS[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"extra_args.meridian.{key} must be an integer >= {low}; got {value!r}")
+            out[key] = _as_int(key, value, _INT_KEYS[key])
         else:
             known = ", ".join(sorted(_BOOL_KEYS | set(_INT_KEYS)))
             raise ValueError(f"extra_args.meridian.{key} is not a Meridian option (known: {known})")
-        out[key] = value
     if "min_think_tokens" in out and "max_think_tokens" in out and out["min_think_tokens"] > out["max_think_tokens"]:
         raise ValueError(
             "extra_args.meridian.min_think_tokens must be <= max_think_tokens; got "

@@ -150,6 +150,24 @@ class _Adapter:
             self.in_core.discard(mid)
             self.core.finish(mid)
 
+    def kv_tiers(self, block_size: int) -> dict[str, int]:
+        """vLLM's running KV mirrored into Meridian's tiers (docs/architecture.md
+        KV tiers): blocks written while thinking are think_active (the request
+        still thinks) or think_complete (it answers now); prompt and answer
+        blocks are output_critical. Computed on demand, O(running)."""
+        tiers = {"think_active": 0, "think_complete": 0, "output_critical": 0}
+        for mid, r in self.requests.items():
+            if r.status != _RUNNING:
+                continue
+            blocks = -(-r.num_computed_tokens // block_size)
+            snap = self.router.snapshot(mid)
+            think = -(-snap.think_tokens // block_size) if snap is not None else 0
+            think = min(think, blocks)
+            key = "think_active" if self.phase.get(mid) == _THINK else "think_complete"
+            tiers[key] += think
+            tiers["output_critical"] += blocks - think
+        return tiers
+
     def log_once(self, where: str, msg: str, *args: Any) -> None:
         if where not in self.logged:
             self.logged.add(where)
@@ -282,6 +300,7 @@ class Scheduler(AsyncScheduler):
         out = dict(m.stats)
         out["tracked_requests"] = len(m.requests)
         out["model_preset"] = m.setup.model_name
+        out["kv_blocks"] = m.kv_tiers(self.block_size)
         return out
 
     # --- vLLM's hooks -------------------------------------------------------
