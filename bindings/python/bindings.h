@@ -9,5 +9,7 @@ namespace meridian::python {
 void bind_config(nanobind::module_& m);
 void bind_router(nanobind::module_& m);
 void bind_scheduler(nanobind::module_& m);
+/// meridian.KernelError, EntropySignal and the entropy probe's core; after bind_router (ForceReason).
+void bind_probe(nanobind::module_& m);
 
 }  // namespace meridian::python

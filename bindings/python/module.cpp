@@ -6,7 +6,9 @@
 namespace nb = nanobind;
 
 NB_MODULE(_meridian, m) {
-  m.doc() = "Meridian core (C++): configuration schema, phase router, scheduler and KV block manager";
+  m.doc() =
+      "Meridian core (C++): configuration schema, phase router, scheduler, KV block manager and entropy "
+      "probe";
   m.attr("__version__") = "0.1.0";
 
   // Config and tokenizer problems are bad input: ValueError, whose text lists
@@ -26,4 +28,7 @@ NB_MODULE(_meridian, m) {
   meridian::python::bind_config(m);
   meridian::python::bind_router(m);
   meridian::python::bind_scheduler(m);
+  // Registers meridian.KernelError's translator, which then takes precedence
+  // over the RuntimeError one above (nanobind tries the newest first).
+  meridian::python::bind_probe(m);
 }

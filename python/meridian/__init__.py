@@ -15,9 +15,11 @@ from ._meridian import (
     DisaggConfig,
     DualQueueScheduler,
     EntropyConfig,
+    EntropySignal,
     FabricKind,
     ForceReason,
     ForceResult,
+    KernelError,
     KvBlockCounters,
     KvBlockManager,
     KvBlockManagerOptions,
@@ -63,6 +65,7 @@ from ._meridian import (
     __version__,
 )
 from .config import load_config
+from .probe import EntropyProbe
 
 __all__ = [
     "AllocResult",
@@ -71,9 +74,12 @@ __all__ = [
     "DisaggConfig",
     "DualQueueScheduler",
     "EntropyConfig",
+    "EntropyProbe",
+    "EntropySignal",
     "FabricKind",
     "ForceReason",
     "ForceResult",
+    "KernelError",
     "KvBlockCounters",
     "KvBlockManager",
     "KvBlockManagerOptions",
