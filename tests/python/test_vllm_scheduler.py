@@ -240,7 +240,7 @@ def test_throttle_false_override_is_never_held(tmp_path, monkeypatch):
 def test_invalid_override_is_counted_and_ignored(caplog):
     sched = build(Scheduler)
     with caplog.at_level(logging.WARNING, logger="meridian.vllm"):
-        sched.add_request(request("x", prompt(8), extra_args={"meridian": {"throttle": "no"}}))
+        sched.add_request(request("x", prompt(8), extra_args={"meridian": {"throttle": "maybe"}}))
     assert sched.meridian_stats()["invalid_extra_args"] == 1
     assert "extra_args.meridian.throttle must be true or false" in caplog.text
 
