@@ -16,7 +16,7 @@ CMAKE_FLAGS ?=
 SOURCES := $(shell git ls-files '*.cpp' '*.h' '*.cu' 2>/dev/null || find include src apps tests benchmarks bindings -name '*.cpp' -o -name '*.h')
 TIDY_SOURCES := $(shell git ls-files 'src/*.cpp' 'apps/*.cpp' 'kernels/*.cpp' 2>/dev/null)
 
-.PHONY: all setup build test test-cpp test-sanitizers test-python test-package test-install lint format format-check bench demo clean
+.PHONY: all setup build test test-cpp test-sanitizers test-python test-package test-install test-vllm-compat lint format format-check bench demo clean
 
 all: build
 
@@ -30,7 +30,7 @@ build: setup
 	@echo "built $(BUILD_DIR)/bin/meridian"
 
 # Everything CI checks, in order of how fast each fails.
-test: build format-check test-cpp test-python test-install test-sanitizers lint
+test: build format-check test-cpp test-python test-vllm-compat test-install test-sanitizers lint
 	@echo "make test: all checks passed"
 
 test-cpp:
@@ -53,6 +53,12 @@ test-sanitizers:
 # against the installed copy; the CLI tests use $(BUILD_DIR)/bin/meridian.
 test-python: test-package
 	@MERIDIAN_BIN=$(abspath $(BUILD_DIR))/bin/meridian $(PYTHON) -m pytest -q tests/python
+
+# The vLLM integration's scheduler- and processor-level tests against vLLM 0.33.0, in its
+# own environment (.venv-vllm-0.33; the official wheel has no CPU kernels, so no generation).
+test-vllm-compat:
+	@scripts/vllm-compat.sh "-mnot e2e" tests/python/test_vllm_scheduler.py \
+	  tests/python/test_vllm_logits_processor.py tests/python/test_vllm_extra_args.py
 
 test-package:
 	@$(PYTHON) -m pip install -q --no-build-isolation --no-deps .

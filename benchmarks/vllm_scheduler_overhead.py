@@ -10,7 +10,10 @@ model itself is not run: this is the scheduler's own CPU time). Requests ask
 for no think throttling (extra_args meridian.throttle = false), so both
 schedulers schedule the same batches; the throttled count is reported. The two
 schedulers alternate in blocks of steps so machine noise hits both alike.
-Reports the median per-step time of each and the overhead ratio.
+Reports the median per-step time of each and the overhead ratio, and, as a
+second reading less exposed to machine noise, the time spent inside
+Meridian's own hooks (planning, bookkeeping, token feed) per step, timed in
+place, as a share of the stock step.
 
     .venv/bin/python benchmarks/vllm_scheduler_overhead.py [--sizes 64,256,1024] [--steps 200] [--out FILE]
 """
@@ -47,12 +50,47 @@ def make(cls, n: int):
     return sched, choose
 
 
-def time_steps(sched, choose, steps: int) -> list[float]:
+class HookTimer:
+    """Times the adapter's three per-step hooks in place (one sum per step)."""
+
+    HOOKS = ("before_schedule", "after_schedule", "after_update")
+
+    def __init__(self) -> None:
+        from meridian.vllm.scheduler import _Adapter
+
+        self.cls = _Adapter
+        self.saved = {name: getattr(_Adapter, name) for name in self.HOOKS}
+        self.current = 0.0
+        self.per_step: list[float] = []
+
+    def __enter__(self) -> HookTimer:
+        for name, fn in self.saved.items():
+            def timed(*a, __fn=fn, **k):
+                t0 = time.perf_counter_ns()
+                try:
+                    return __fn(*a, **k)
+                finally:
+                    self.current += (time.perf_counter_ns() - t0) / 1e3
+            setattr(self.cls, name, timed)
+        return self
+
+    def step_done(self) -> None:
+        self.per_step.append(self.current)
+        self.current = 0.0
+
+    def __exit__(self, *exc) -> None:
+        for name, fn in self.saved.items():
+            setattr(self.cls, name, fn)
+
+
+def time_steps(sched, choose, steps: int, hooks: HookTimer | None = None) -> list[float]:
     out = []
     for _ in range(steps):
         t0 = time.perf_counter_ns()
         rig.step(sched, choose)
         out.append((time.perf_counter_ns() - t0) / 1e3)
+        if hooks is not None:
+            hooks.step_done()
     return out
 
 
@@ -69,7 +107,10 @@ def measure(n: int, steps: int, blocks: int) -> dict:
     for _ in range(blocks):
         stock_us += time_steps(stock, stock_choose, per_block)
         mer_us += time_steps(mer, mer_choose, per_block)
+    with HookTimer() as hooks:
+        time_steps(mer, mer_choose, steps, hooks)
     s_med, m_med = statistics.median(stock_us), statistics.median(mer_us)
+    hook_med = statistics.median(hooks.per_step)
     stats = mer.meridian_stats()
     return {
         "running": n,
@@ -77,6 +118,8 @@ def measure(n: int, steps: int, blocks: int) -> dict:
         "stock_median_us": round(s_med, 1),
         "meridian_median_us": round(m_med, 1),
         "overhead_pct": round(100 * (m_med / s_med - 1), 2),
+        "meridian_hooks_median_us": round(hook_med, 1),
+        "hooks_pct_of_stock_step": round(100 * hook_med / s_med, 2),
         "scheduled_per_step_stock": len(stock.running),
         "scheduled_per_step_meridian": len(mer.running),
         "meridian_fallbacks": stats["fallbacks"],
@@ -96,10 +139,11 @@ def main() -> int:
         parser.error("--sizes must list positive integers; --steps and --blocks must be >= 1")
     logging.getLogger("vllm").setLevel(logging.WARNING)
     rows = [measure(n, args.steps, args.blocks) for n in sizes]
-    print(f"{'running':>8} {'stock us/step':>14} {'meridian us/step':>17} {'overhead':>9}  target <= 5 %")
+    print(f"{'running':>8} {'stock us/step':>14} {'meridian us/step':>17} {'overhead':>9} "
+          f"{'hooks us/step':>14} {'hooks/stock':>12}  target <= 5 %")
     for r in rows:
         print(f"{r['running']:>8} {r['stock_median_us']:>14} {r['meridian_median_us']:>17} "
-              f"{r['overhead_pct']:>8}%")
+              f"{r['overhead_pct']:>8}% {r['meridian_hooks_median_us']:>14} {r['hooks_pct_of_stock_step']:>11}%")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"rows": rows, "command": " ".join(sys.argv)}, indent=2) + "\n")

@@ -33,47 +33,55 @@ std::string_view utf8_view(nb::handle h) {
 }
 
 // One engine step's sampled tokens (vLLM: ModelRunnerOutput.req_ids and
-// .sampled_token_ids) into the router in one batch call. Returns the events
-// and the ids of requests that produced a token but are not in `scheduler`
-// yet (their first decode), in step order, each once.
-nb::tuple engine_step_tokens(PhaseRouter& router, const RequestIdMap& ids,
-                             const DualQueueScheduler* scheduler, nb::handle req_ids, nb::handle sampled) {
+// .sampled_token_ids) into the router, for phase tracking only: a request's
+// tokens are fed when one of them is in `boundary_ids` (think start/end,
+// EOS, tool-call markers); ordinary tokens change no phase and are skipped
+// without even looking the request up. That keeps the per-step cost to one
+// pass over the token lists (a string lookup per request was most of the
+// adapter's cost at 1,024 running). The router's token counts are therefore
+// not maintained; only its phases are. Returns the events.
+std::vector<PhaseEvent> engine_step_boundaries(PhaseRouter& router, const RequestIdMap& ids,
+                                               nb::handle req_ids, nb::handle sampled,
+                                               const std::vector<TokenId>& boundary_ids) {
   thread_local std::vector<RequestId> batch_ids;
   thread_local std::vector<TokenId> batch_tokens;
+  thread_local std::vector<TokenId> request_tokens;
   thread_local std::vector<PhaseEvent> events;
   batch_ids.clear();
   batch_tokens.clear();
-  std::vector<RequestId> new_ids;
+  auto token_at = [](nb::handle tokens, Py_ssize_t i) -> TokenId {
+    if (PyList_Check(tokens.ptr())) return nb::cast<TokenId>(nb::handle(PyList_GET_ITEM(tokens.ptr(), i)));
+    return nb::cast<TokenId>(nb::steal(PySequence_GetItem(tokens.ptr(), i)));
+  };
   nb::iterator tokens_it = nb::iter(sampled);
   for (nb::handle rid : req_ids) {
     if (tokens_it == nb::iterator::sentinel()) break;
     nb::handle tokens = *tokens_it;
     ++tokens_it;
     const Py_ssize_t n = PySequence_Size(tokens.ptr());
-    if (n <= 0) {
-      if (n < 0) throw nb::python_error();
-      continue;
+    if (n < 0) throw nb::python_error();
+    request_tokens.clear();
+    bool boundary = false;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      const TokenId t = token_at(tokens, i);
+      request_tokens.push_back(t);
+      boundary = boundary || std::find(boundary_ids.begin(), boundary_ids.end(), t) != boundary_ids.end();
     }
+    if (!boundary) continue;
     const auto id = ids.find(utf8_view(rid));
     if (!id) continue;
-    for (Py_ssize_t i = 0; i < n; ++i) {
+    for (const TokenId t : request_tokens) {
       batch_ids.push_back(*id);
-      if (PyList_Check(tokens.ptr())) {
-        batch_tokens.push_back(nb::cast<TokenId>(nb::handle(PyList_GET_ITEM(tokens.ptr(), i))));
-      } else {
-        batch_tokens.push_back(nb::cast<TokenId>(nb::steal(PySequence_GetItem(tokens.ptr(), i))));
-      }
+      batch_tokens.push_back(t);
     }
-    if (scheduler != nullptr && !scheduler->view(*id)) new_ids.push_back(*id);
   }
   std::size_t n_events = 0;
-  {
+  if (!batch_ids.empty()) {
     nb::gil_scoped_release release;
     events.resize(batch_ids.size());
     n_events = router.on_tokens(batch_ids, batch_tokens, events);
   }
-  std::vector<PhaseEvent> out(events.begin(), events.begin() + static_cast<std::ptrdiff_t>(n_events));
-  return nb::make_tuple(std::move(out), std::move(new_ids));
+  return {events.begin(), events.begin() + static_cast<std::ptrdiff_t>(n_events)};
 }
 
 template <typename T, std::size_t N>
@@ -274,30 +282,7 @@ void bind_scheduler_class(nb::module_& m) {
           "limits"_a, "now_ns"_a,
           "schedule(), then (unplanned_think, running_order, prefill_budget_tokens, output_slo_bound, "
           "predicted_step_ms): see DualQueueScheduler::engine_view in meridian/scheduler.h")
-      .def(
-          "complete_for_engine",
-          [](DualQueueScheduler& s, double observed_ms, std::int64_t end_ns, const RequestIdMap& ids,
-             nb::handle scheduled) {
-            // not_run = the last plan's work the engine did not schedule;
-            // `scheduled` is an iterable of the engine's request id strings.
-            thread_local std::vector<RequestId> ran;
-            thread_local std::vector<RequestId> not_run;
-            ran.clear();
-            for (nb::handle rid : scheduled) {
-              if (auto id = ids.find(utf8_view(rid))) ran.push_back(*id);
-            }
-            nb::gil_scoped_release release;
-            std::sort(ran.begin(), ran.end());
-            not_run.clear();
-            for (const ScheduledWork& w : s.last_plan().work) {
-              if (!std::binary_search(ran.begin(), ran.end(), w.id)) not_run.push_back(w.id);
-            }
-            s.complete_step(observed_ms, end_ns, not_run);
-            return not_run.size();
-          },
-          "observed_ms"_a, "end_ns"_a, "ids"_a, "scheduled"_a,
-          "complete_step() with not_run = the last plan's work whose engine id (mapped through `ids`) is not "
-          "in `scheduled`; returns how many")
+
       .def("__len__", &DualQueueScheduler::size)
       .def_prop_ro("counters", &DualQueueScheduler::counters)
       .def_prop_ro("cost_model", &DualQueueScheduler::cost_model)
@@ -430,10 +415,10 @@ void bind_step_driver(nb::module_& m) {
 
 void bind_scheduler(nb::module_& m) {
   m.def(
-      "engine_step_tokens", &engine_step_tokens, "router"_a, "ids"_a, "scheduler"_a.none(), "req_ids"_a,
-      "sampled"_a,
-      "One engine step's tokens (req_ids[i] sampled the list sampled[i]) into `router` in one batch; returns "
-      "(events, ids that produced a token but are not in `scheduler` yet)");
+      "engine_step_boundaries", &engine_step_boundaries, "router"_a, "ids"_a, "req_ids"_a, "sampled"_a,
+      "boundary_ids"_a,
+      "One engine step's tokens (req_ids[i] sampled the list sampled[i]): the requests that sampled a "
+      "boundary id are fed to `router` in one batch (phases only; counts are not kept); returns the events");
   bind_cost_model(m);
   bind_plan_types(m);
   bind_scheduler_class(m);

@@ -48,7 +48,7 @@ import time
 from typing import Any
 
 import meridian
-from meridian._meridian import engine_step_tokens
+from meridian._meridian import engine_step_boundaries
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.request import Request, RequestStatus
 
@@ -86,12 +86,30 @@ class _Adapter:
             free_think_kv_blocks=_UNLIMITED_BLOCKS,
         )
         self.decode_tokens = 1 + sched.num_spec_tokens
+        model = setup.model
+        self.boundary_ids = sorted(set(model.think_start_token_ids) | set(model.think_end_token_ids)
+                                   | set(model.eos_token_ids) | set(model.tool_call_start_token_ids)
+                                   | set(model.tool_call_end_token_ids))
         self.ids = meridian.RequestIdMap()  # vLLM request id -> Meridian id (C++, used in batch calls)
         self.mid_of: dict[str, int] = {}  # the same, for Python-side lookups
         self.requests: dict[int, Request] = {}
         self.phase: dict[int, Any] = {}
         self.no_throttle: set[int] = set()
         self.in_core: set[int] = set()
+        # Requests vLLM started (or restarted) prefilling; they join the C++
+        # scheduler with their first generated token.
+        self.pending: set[str] = set()
+        self.last_ordered: list[Request] = []
+        # The running list as the last step left it, to skip rewriting an
+        # unchanged order (rebuilding it touches every request object, which
+        # at 1,024 running costs more than the plan itself).
+        self.prev_order: list[int] | None = None
+        self.prev_running: list[Request] | None = None
+        self.prev_len = -1
+        self.running_dirty = True
+        # Output-token positions where thinking started / ended (KV tiers).
+        self.think_start: dict[int, int] = {}
+        self.think_end: dict[int, int] = {}
         self.last_schedule_ns = 0
         self.predicted_ms = 0.0
         self.logged: set[str] = set()
@@ -125,15 +143,21 @@ class _Adapter:
             self.no_throttle.add(mid)
         prompt = request.prompt_token_ids or []
         self.phase[mid] = self.router.begin(mid, list(prompt[-_PROMPT_TAIL:]))
+        if self.phase[mid] == _THINK:  # the prompt opened the think block
+            self.think_start[mid] = 0
 
     def forget(self, request_id: str) -> None:
         mid = self.ids.release(request_id)
         self.mid_of.pop(request_id, None)
+        self.running_dirty = True
         if mid is None:
             return
         self.requests.pop(mid, None)
         self.phase.pop(mid, None)
         self.no_throttle.discard(mid)
+        self.pending.discard(request_id)
+        self.think_start.pop(mid, None)
+        self.think_end.pop(mid, None)
         if mid in self.in_core:
             self.in_core.discard(mid)
             self.core.finish(mid)
@@ -144,6 +168,7 @@ class _Adapter:
         mid = self.mid_of.get(request_id)
         if mid is None:
             return
+        self.running_dirty = True
         answer = self.phase.get(mid) == _OUTPUT
         self.stats["preempted_answer" if answer else "preempted_think"] += 1
         if mid in self.in_core:
@@ -160,9 +185,11 @@ class _Adapter:
             if r.status != _RUNNING:
                 continue
             blocks = -(-r.num_computed_tokens // block_size)
-            snap = self.router.snapshot(mid)
-            think = -(-snap.think_tokens // block_size) if snap is not None else 0
-            think = min(think, blocks)
+            think = 0
+            start = self.think_start.get(mid)
+            if start is not None:
+                end = self.think_end.get(mid, r.num_output_tokens)
+                think = min(-(-max(0, end - start) // block_size), blocks)
             key = "think_active" if self.phase.get(mid) == _THINK else "think_complete"
             tiers[key] += think
             tiers["output_critical"] += blocks - think
@@ -205,6 +232,13 @@ class _Adapter:
                     hold.add(mid)
                     held.append(r)
             self.stats["throttled_decodes"] += len(held)
+        if (not hold and not self.running_dirty and running is self.prev_running and len(running) == self.prev_len
+                and order == self.prev_order):
+            # Same requests, same plan order, nothing held now or last step:
+            # vLLM's list is already in this order.
+            self.last_ordered = running
+            self.prev_order = order
+            return held, self._budget(sched, answers_active, len(running), prefill_budget)
         ordered = [reqs[i] for i in order if i not in hold] if hold else [reqs[i] for i in order]
         if len(ordered) + len(held) != len(running):
             # Requests the plan does not order yet: prefilling (vLLM's) or
@@ -224,48 +258,83 @@ class _Adapter:
             raise RuntimeError(
                 f"running list out of sync: {len(ordered)} ordered + {len(held)} held vs {len(running)} running")
         running[:] = ordered
-        budget = None
-        if answers_active:
-            budget = len(ordered) * self.decode_tokens + prefill_budget
-            if budget < sched.max_num_scheduled_tokens:
-                self.stats["budget_capped_steps"] += 1
-            else:
-                budget = None
-        return held, budget
+        self.last_ordered = ordered
+        self.prev_order = order if not hold else None
+        self.prev_running = running
+        self.prev_len = len(ordered) + len(held)
+        self.running_dirty = bool(held)  # held requests come back at the end
+        return held, self._budget(sched, answers_active, len(ordered), prefill_budget)
+
+    def _budget(self, sched: Scheduler, answers_active: bool, decodes: int, prefill_budget: int) -> int | None:
+        """The step's token budget while answers stream (None: vLLM's own)."""
+        if not answers_active:
+            return None
+        budget = decodes * self.decode_tokens + prefill_budget
+        if budget >= sched.max_num_scheduled_tokens:
+            return None
+        self.stats["budget_capped_steps"] += 1
+        return budget
 
     def after_schedule(self, sched: Scheduler, out: Any) -> None:
         now = time.monotonic_ns()
         self.stats["steps"] += 1
+        scheduled = out.num_scheduled_tokens
+        for new in out.scheduled_new_reqs:
+            self.pending.add(new.req_id)
+        resumed = getattr(out.scheduled_cached_reqs, "resumed_req_ids", None)
+        if resumed:
+            self.pending.update(resumed)
+        # What the plan ordered but vLLM did not schedule (budget, KV, limits)
+        # made no progress. A str's hash is cached and vLLM's keys are the
+        # requests' own id objects, so this is cheap.
+        mid_of = self.mid_of
+        not_run = [mid_of[r.request_id] for r in self.last_ordered
+                   if r.request_id not in scheduled and r.request_id in mid_of]
         # The step's wall time is the gap between two schedule() calls in
         # steady state; anything far off (idle engine) is not a sample.
         gap_ms = (now - self.last_schedule_ns) / 1e6 if self.last_schedule_ns else float("nan")
         self.last_schedule_ns = now
         bound = 5 * max(self.predicted_ms, 1.0)
         observed = gap_ms if 0 < gap_ms < bound else float("nan")
-        self.core.complete_for_engine(observed, now, self.ids, out.num_scheduled_tokens)
+        self.core.complete_step(observed, now, not_run)
 
     def after_update(self, model_runner_output: Any) -> None:
-        """Feeds the step's tokens to the router (one batch call) and tells
-        the C++ scheduler about new decoders and phase changes."""
-        if not model_runner_output.sampled_token_ids:
-            return
-        events, new_ids = engine_step_tokens(
-            self.router, self.ids, self.core, model_runner_output.req_ids, model_runner_output.sampled_token_ids)
-        for event in events:
-            if event.kind == _EXIT_THINK:
-                mid = event.request_id
-                self.phase[mid] = _OUTPUT
-                self.stats["phase_exits"] += 1
-                if mid in self.in_core:
-                    self.core.set_phase(mid, _OUTPUT)
-            elif event.kind == _ENTER_THINK:
-                self.phase[event.request_id] = _THINK
+        """Feeds the step's boundary tokens to the router (one batch call),
+        applies phase changes, and lets requests that produced their first
+        token join the C++ scheduler."""
         reqs = self.requests
-        for mid in new_ids:
-            r = reqs.get(mid)
-            if r is None or r.status != RequestStatus.RUNNING or r.is_prefill_chunk:
-                continue
-            self._enter_core(mid, r)
+        if model_runner_output.sampled_token_ids:
+            events = engine_step_boundaries(self.router, self.ids, model_runner_output.req_ids,
+                                            model_runner_output.sampled_token_ids, self.boundary_ids)
+            for event in events:
+                mid = event.request_id
+                r = reqs.get(mid)
+                if event.kind == _EXIT_THINK:
+                    self.phase[mid] = _OUTPUT
+                    self.stats["phase_exits"] += 1
+                    if r is not None:  # the think tokens end before </think>
+                        self.think_end[mid] = r.num_output_tokens - 1
+                    if mid in self.in_core:
+                        self.core.set_phase(mid, _OUTPUT)
+                elif event.kind == _ENTER_THINK:
+                    self.phase[mid] = _THINK
+                    if r is not None:  # they start after <think>
+                        self.think_start[mid] = r.num_output_tokens
+        if self.pending:
+            mid_of = self.mid_of
+            for rid in list(self.pending):
+                mid = mid_of.get(rid)
+                r = reqs.get(mid) if mid is not None else None
+                if r is None:
+                    self.pending.discard(rid)
+                    continue
+                if r.status != _RUNNING:
+                    continue
+                if r.is_prefill_chunk or r.num_computed_tokens < r.num_prompt_tokens:
+                    continue
+                self.pending.discard(rid)
+                if mid not in self.in_core:
+                    self._enter_core(mid, r)
 
     def _enter_core(self, mid: int, r: Request) -> None:
         phase = self.phase.get(mid)
