@@ -15,33 +15,19 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import pathlib
-import tempfile
 
-# vLLM reads these on import / first platform use. They are set for the whole
-# session (setdefault: a value from the caller wins); the in-process engine
-# switch (VLLM_ENABLE_V1_MULTIPROCESSING=0) is set only inside the e2e test.
-for _key, _value in {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_TARGET_DEVICE": "cpu",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "VLLM_DO_NOT_TRACK": "1",
-}.items():
-    os.environ.setdefault(_key, _value)
-os.environ.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="meridian-vllm-cache-"))
+# The vLLM environment (offline, CPU, a private cache root) is set by conftest.py.
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from vllm import SamplingParams  # noqa: E402
-from vllm.config import ModelConfig, VllmConfig  # noqa: E402
-from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
+import numpy as np
+import pytest
+import torch
+from vllm import SamplingParams
+from vllm.config import ModelConfig, VllmConfig
+from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
-import meridian  # noqa: E402
-from meridian.vllm import ForceThinkEnd  # noqa: E402
+import meridian
+from meridian.vllm import ForceThinkEnd
 
 TINY = pathlib.Path(__file__).resolve().parents[1] / "data" / "qwen3-tiny"
 VOCAB = 151936

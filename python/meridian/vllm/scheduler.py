@@ -374,15 +374,21 @@ class Scheduler(AsyncScheduler):
 
     # --- vLLM's hooks -------------------------------------------------------
 
+    def _guarded(self, where: str, hook: str, *args: Any) -> None:
+        """Runs one of the adapter's hooks under the fail-safe."""
+        m = self.meridian
+        if m is None:
+            return
+        try:
+            getattr(m, hook)(*args)
+        except Exception as e:  # noqa: BLE001 - the fail-safe
+            m.failed(where, e)
+
     def add_request(self, request: Request) -> None:
         is_new = request.request_id not in self.requests
         super().add_request(request)
-        m = self.meridian
-        if m is not None and is_new:
-            try:
-                m.add(request)
-            except Exception as e:  # noqa: BLE001 - the fail-safe
-                m.failed("add_request", e)
+        if is_new:
+            self._guarded("add_request", "add", request)
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
         m = self.meridian
@@ -409,37 +415,19 @@ class Scheduler(AsyncScheduler):
             if held:
                 self.running.extend(held)
             self.max_num_scheduled_tokens, self.max_num_running_reqs, self.max_num_active_reqs = saved
-        try:
-            m.after_schedule(self, out)
-        except Exception as e:  # noqa: BLE001 - the fail-safe
-            m.failed("schedule (bookkeeping)", e)
+        self._guarded("schedule (bookkeeping)", "after_schedule", self, out)
         return out
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         outputs = super().update_from_output(scheduler_output, model_runner_output)
-        m = self.meridian
-        if m is not None:
-            try:
-                m.after_update(model_runner_output)
-            except Exception as e:  # noqa: BLE001 - the fail-safe
-                m.failed("update_from_output", e)
+        self._guarded("update_from_output", "after_update", model_runner_output)
         return outputs
 
     def _preempt_request(self, request: Request, timestamp: float, drop_stale_output: bool = False) -> None:
         super()._preempt_request(request, timestamp, drop_stale_output)
-        m = self.meridian
-        if m is not None:
-            try:
-                m.preempted(request.request_id)
-            except Exception as e:  # noqa: BLE001 - the fail-safe
-                m.failed("preemption bookkeeping", e)
+        self._guarded("preemption bookkeeping", "preempted", request.request_id)
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         result = super()._free_request(request, delay_free_blocks)
-        m = self.meridian
-        if m is not None:
-            try:
-                m.forget(request.request_id)
-            except Exception as e:  # noqa: BLE001 - the fail-safe
-                m.failed("request reaping", e)
+        self._guarded("request reaping", "forget", request.request_id)
         return result
