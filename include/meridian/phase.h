@@ -1,4 +1,5 @@
-// Vocabulary types of the phase router: request/token ids, phases, events.
+// The phase router's events. The ids and phases themselves (RequestId,
+// TokenId, Phase, ForceReason) are the shared vocabulary in meridian/types.h.
 //
 // Thread-safety: plain values, freely copyable between threads.
 #pragma once
@@ -6,27 +7,9 @@
 #include <cstdint>
 #include <string_view>
 
+#include "meridian/types.h"
+
 namespace meridian {
-
-/// Engine request id. String ids are interned by RequestIdMap.
-using RequestId = std::uint64_t;
-/// Vocabulary id of one token.
-using TokenId = std::uint32_t;
-
-/// Where a request is. Phases only move forward, in this order.
-enum class Phase : std::uint8_t {
-  kPrefill = 0,       ///< registered, no token generated yet
-  kThinkDecode = 1,   ///< inside <think> ... </think>
-  kOutputDecode = 2,  ///< visible answer
-  kComplete = 3,      ///< EOS seen (the router forgets the request at once)
-};
-
-/// Why the end of thinking was forced.
-enum class ForceReason : std::uint8_t {
-  kConverged = 0,     ///< EAT: entropy after </think> has settled
-  kOverthinking = 1,  ///< RPDI: local transition rate far above the global rate
-  kHardCap = 2,       ///< scheduler.max_think_tokens reached
-};
 
 enum class PhaseEventKind : std::uint8_t {
   kEnterThink = 0,   ///< think block opened
@@ -47,8 +30,6 @@ struct PhaseEvent {
   friend bool operator==(const PhaseEvent&, const PhaseEvent&) = default;
 };
 
-[[nodiscard]] std::string_view to_string(Phase phase) noexcept;
-[[nodiscard]] std::string_view to_string(ForceReason reason) noexcept;
 [[nodiscard]] std::string_view to_string(PhaseEventKind kind) noexcept;
 
 }  // namespace meridian

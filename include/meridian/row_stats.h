@@ -27,7 +27,7 @@
 #include <string_view>
 
 #include "meridian/error.h"
-#include "meridian/phase.h"
+#include "meridian/types.h"
 
 namespace meridian {
 

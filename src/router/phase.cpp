@@ -4,25 +4,6 @@
 
 namespace meridian {
 
-std::string_view to_string(Phase phase) noexcept {
-  switch (phase) {
-    case Phase::kPrefill: return "prefill";
-    case Phase::kThinkDecode: return "think_decode";
-    case Phase::kOutputDecode: return "output_decode";
-    case Phase::kComplete: return "complete";
-  }
-  return "unknown";
-}
-
-std::string_view to_string(ForceReason reason) noexcept {
-  switch (reason) {
-    case ForceReason::kConverged: return "converged";
-    case ForceReason::kOverthinking: return "overthinking";
-    case ForceReason::kHardCap: return "hard_cap";
-  }
-  return "unknown";
-}
-
 std::string_view to_string(PhaseEventKind kind) noexcept {
   switch (kind) {
     case PhaseEventKind::kEnterThink: return "enter_think";

@@ -1,15 +1,41 @@
-// Links the installed meridian_core and uses the config and the router.
+// Links the installed libraries and uses each: the config and the router
+// (meridian_core) and one replay of a two-request trace (meridian_sim).
 #include <cstdio>
+#include <sstream>
 
 #include <meridian/config.h>
 #include <meridian/phase_router.h>
+#include <meridian/replay.h>
+#include <meridian/sim_workload.h>
 
-int main() {
+namespace {
+
+bool router_enters_think() {
   const meridian::MeridianConfig config = meridian::parse_config("[scheduler]\nmax_think_tokens = 1000\n");
   meridian::PhaseRouter router(config, "qwen3");
   router.begin(1);
   const auto event = router.on_token(1, 151667);
-  const bool ok = event && event->kind == meridian::PhaseEventKind::kEnterThink;
-  std::printf("find_package(meridian) consumer: %s\n", ok ? "ok" : "FAILED");
-  return ok ? 0 : 1;
+  return event && event->kind == meridian::PhaseEventKind::kEnterThink;
+}
+
+bool replay_completes_a_trace() {
+  std::istringstream trace(
+      R"({"arrival_s": 0.0, "prompt_tokens": 32, "think_tokens": 64, "answer_tokens": 16})"
+      "\n"
+      R"({"arrival_s": 0.1, "prompt_tokens": 32, "think_tokens": 0, "answer_tokens": 16})"
+      "\n");
+  const meridian::sim::Workload workload = meridian::sim::read_trace(trace, "<consumer>");
+  const meridian::sim::ReplayResult result =
+      meridian::sim::run_replay(workload, meridian::sim::ReplayOptions{});
+  return result.metric("completed") == 2.0;
+}
+
+}  // namespace
+
+int main() {
+  const bool router_ok = router_enters_think();
+  const bool replay_ok = replay_completes_a_trace();
+  std::printf("find_package(meridian) consumer: router %s, replay %s\n", router_ok ? "ok" : "FAILED",
+              replay_ok ? "ok" : "FAILED");
+  return router_ok && replay_ok ? 0 : 1;
 }
