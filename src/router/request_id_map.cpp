@@ -2,12 +2,13 @@
 
 #include <array>
 #include <atomic>
-#include <mutex>
 #include <string>
 
 #include <absl/container/flat_hash_map.h>
 #include <absl/hash/hash.h>
 #include <absl/strings/string_view.h>
+
+#include "sync/mutex.h"
 
 namespace meridian {
 namespace {
@@ -18,8 +19,8 @@ constexpr std::size_t kShards = 16;
 absl::string_view key_of(std::string_view s) { return {s.data(), s.size()}; }
 
 struct alignas(64) Shard {
-  mutable std::mutex mu;
-  absl::flat_hash_map<std::string, RequestId> ids;  // heterogeneous lookup by string_view
+  mutable sync::Mutex mu;
+  absl::flat_hash_map<std::string, RequestId> ids ABSL_GUARDED_BY(mu);  // heterogeneous lookup by string_view
 };
 
 }  // namespace
@@ -42,7 +43,7 @@ RequestIdMap::~RequestIdMap() = default;
 
 RequestId RequestIdMap::intern(std::string_view external_id) {
   Shard& shard = impl_->shard_for(external_id);
-  std::lock_guard lock(shard.mu);
+  const sync::Lock lock(shard.mu);
   if (auto it = shard.ids.find(key_of(external_id)); it != shard.ids.end()) return it->second;
   const RequestId id = impl_->next.fetch_add(1, std::memory_order_relaxed);
   shard.ids.emplace(std::string(external_id), id);
@@ -52,14 +53,14 @@ RequestId RequestIdMap::intern(std::string_view external_id) {
 
 std::optional<RequestId> RequestIdMap::find(std::string_view external_id) const {
   const Shard& shard = impl_->shard_for(external_id);
-  std::lock_guard lock(shard.mu);
+  const sync::Lock lock(shard.mu);
   if (auto it = shard.ids.find(key_of(external_id)); it != shard.ids.end()) return it->second;
   return std::nullopt;
 }
 
 std::optional<RequestId> RequestIdMap::release(std::string_view external_id) {
   Shard& shard = impl_->shard_for(external_id);
-  std::lock_guard lock(shard.mu);
+  const sync::Lock lock(shard.mu);
   auto it = shard.ids.find(key_of(external_id));
   if (it == shard.ids.end()) return std::nullopt;
   const RequestId id = it->second;

@@ -4,6 +4,8 @@
 // token. Unlock is a plain release store. After a short spin the waiter
 // yields, so a preempted holder on a small machine is not spun on for a
 // whole time slice. Built on std::atomic, so ThreadSanitizer sees it.
+// Annotated as a capability for clang's thread-safety analysis; hold it with
+// sync::Lock (sync/mutex.h).
 //
 // Thread-safety: that is its purpose. Not recursive. Satisfies Lockable.
 #pragma once
@@ -11,15 +13,17 @@
 #include <atomic>
 #include <thread>
 
+#include <absl/base/thread_annotations.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
 
 namespace meridian::router_detail {
 
-class SpinLock {
+class ABSL_LOCKABLE SpinLock {
  public:
-  void lock() noexcept {
+  void lock() noexcept ABSL_EXCLUSIVE_LOCK_FUNCTION() {
     for (;;) {
       if (!locked_.exchange(true, std::memory_order_acquire)) return;
       for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
@@ -32,11 +36,11 @@ class SpinLock {
     }
   }
 
-  bool try_lock() noexcept {
+  bool try_lock() noexcept ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
     return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire);
   }
 
-  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+  void unlock() noexcept ABSL_UNLOCK_FUNCTION() { locked_.store(false, std::memory_order_release); }
 
  private:
   static constexpr int kSpinsBeforeYield = 64;
