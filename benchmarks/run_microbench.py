@@ -51,8 +51,39 @@ PERCENTILES = [
 ]
 
 
-def ns_per_item(bench: dict) -> float:
-    return 1e9 / bench["items_per_second"]
+def ns_per_item(bench: dict) -> float | None:
+    """Nanoseconds per item, or None for a benchmark that counts no items
+    (Google Benchmark omits items_per_second unless SetItemsProcessed is called)."""
+    rate = bench.get("items_per_second")
+    return 1e9 / rate if rate else None
+
+
+def summarize(data: dict) -> dict:
+    """The ratios, percentiles and per-item times of Google Benchmark's JSON
+    output; raises ValueError naming what is missing."""
+    # Medians across repetitions are robust to a noisy neighbour.
+    medians = {b["run_name"]: b for b in data["benchmarks"] if b.get("aggregate_name") == "median"}
+    rows = []
+    for label, num, den, target in RATIOS:
+        if num not in medians or den not in medians:
+            raise ValueError(f"missing benchmark for '{label}': {num} or {den}")
+        num_ns, den_ns = ns_per_item(medians[num]), ns_per_item(medians[den])
+        if num_ns is None or den_ns is None:
+            raise ValueError(f"'{label}': {num if num_ns is None else den} reports no items_per_second "
+                             "(its benchmark must call state.SetItemsProcessed)")
+        rows.append({"ratio": label, "value": round(num_ns / den_ns, 2), "target": target,
+                     "numerator_ns_per_item": round(num_ns, 2), "denominator_ns_per_item": round(den_ns, 2)})
+    percentiles = []
+    for label, name, counter, target in PERCENTILES:
+        if counter not in medians.get(name, {}):
+            raise ValueError(f"missing counter for '{label}': {name}.{counter}")
+        percentiles.append({"metric": label, "value": round(medians[name][counter], 2), "target": target})
+    return {"context": data["context"], "ratios": rows, "percentiles": percentiles,
+            # Benchmarks that count no items are listed by their time per iteration only.
+            "ns_per_item": {k: round(ns, 2) for k, v in medians.items() if (ns := ns_per_item(v)) is not None},
+            "real_time": {k: {"value": v["real_time"], "unit": v.get("time_unit", "ns")}
+                          for k, v in medians.items() if "real_time" in v},
+            "batch": {k: round(v["batch"], 1) for k, v in medians.items() if "batch" in v}}
 
 
 def main() -> int:
@@ -63,6 +94,9 @@ def main() -> int:
     parser.add_argument("--min-time", default="0.2")
     args = parser.parse_args()
 
+    if args.repetitions < 2:
+        print("--repetitions must be >= 2: the report uses the median of the repetitions", file=sys.stderr)
+        return 2
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.with_suffix(".raw.json")
@@ -71,29 +105,13 @@ def main() -> int:
          f"--benchmark_repetitions={args.repetitions}", f"--benchmark_min_time={args.min_time}",
          "--benchmark_report_aggregates_only=true"],
         check=True, stdout=subprocess.DEVNULL)
-    data = json.loads(raw.read_text())
-    # Medians across repetitions are robust to a noisy neighbour.
-    medians = {b["run_name"]: b for b in data["benchmarks"] if b.get("aggregate_name") == "median"}
-
-    rows = []
-    for label, num, den, target in RATIOS:
-        if num not in medians or den not in medians:
-            print(f"missing benchmark for '{label}': {num} or {den}", file=sys.stderr)
-            return 1
-        ratio = ns_per_item(medians[num]) / ns_per_item(medians[den])
-        rows.append({"ratio": label, "value": round(ratio, 2), "target": target,
-                     "numerator_ns_per_item": round(ns_per_item(medians[num]), 2),
-                     "denominator_ns_per_item": round(ns_per_item(medians[den]), 2)})
-    percentiles = []
-    for label, name, counter, target in PERCENTILES:
-        if counter not in medians.get(name, {}):
-            print(f"missing counter for '{label}': {name}.{counter}", file=sys.stderr)
-            return 1
-        percentiles.append({"metric": label, "value": round(medians[name][counter], 2), "target": target})
-    report = {"context": data["context"], "ratios": rows, "percentiles": percentiles,
-              "ns_per_item": {k: round(ns_per_item(v), 2) for k, v in medians.items()},
-              "batch": {k: round(v["batch"], 1) for k, v in medians.items() if "batch" in v}}
+    try:
+        report = summarize(json.loads(raw.read_text()))
+    except ValueError as e:
+        print(f"run_microbench: {e}", file=sys.stderr)
+        return 1
     out.write_text(json.dumps(report, indent=2) + "\n")
+    rows, percentiles = report["ratios"], report["percentiles"]
 
     width = max(len(r["ratio"]) for r in rows)
     print(f"{'ratio'.ljust(width)}  value   target   (ns/item: numerator / denominator)")

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 
 #include "commands.h"
 #include "meridian/row_stats.h"
+#include "option_checks.h"
 #if MERIDIAN_HAVE_CUDA
 #include "meridian/cuda_row_stats.h"
 #include <cuda_runtime.h>
@@ -36,6 +39,33 @@ struct BenchProbeOptions {
 };
 
 using Clock = std::chrono::steady_clock;
+
+// Bounds of the options: the batch is allocated (and filled) on the host, so
+// its size is capped well below what a machine has, and every product below
+// stays far from overflow.
+constexpr std::uint64_t kMaxRows = 65536;
+constexpr std::uint64_t kMaxVocab = std::uint64_t{1} << 32U;  // TokenId is 32-bit
+constexpr std::uint64_t kMaxLogitsBytes = std::uint64_t{4} << 30U;
+constexpr unsigned kMaxThreads = 1024;
+constexpr double kMaxMinTimeS = 3600;
+
+/// rows x vocab x dtype bytes, or a UsageError naming the options when the
+/// product overflows or exceeds kMaxLogitsBytes.
+std::size_t logits_bytes(const BenchProbeOptions& o, LogitsDType dtype) {
+  std::uint64_t elements = 0;
+  std::uint64_t bytes = 0;
+  const bool overflow = __builtin_mul_overflow(std::uint64_t{o.rows}, std::uint64_t{o.vocab}, &elements) ||
+                        __builtin_mul_overflow(elements, std::uint64_t{dtype_size(dtype)}, &bytes);
+  if (overflow || bytes > kMaxLogitsBytes) {
+    throw UsageError(
+        fmt::format("--rows {} x --vocab {} x {} bytes ({}) is {} bytes of logits; bench-probe allocates at "
+                    "most {} bytes "
+                    "(4 GiB)",
+                    o.rows, o.vocab, dtype_size(dtype), o.dtype,
+                    overflow ? std::string("more than 2^64") : fmt::format("{}", bytes), kMaxLogitsBytes));
+  }
+  return static_cast<std::size_t>(bytes);
+}
 
 /// Runs `fn` until `min_time_s` has passed (at least 3 times) after one
 /// warm-up call; returns every call's seconds.
@@ -62,7 +92,7 @@ double median(std::vector<double> v) {
 std::vector<std::uint8_t> make_logits(const BenchProbeOptions& o, LogitsDType dtype) {
   std::mt19937_64 rng(o.seed);
   std::normal_distribution<float> normal(0.0F, 3.0F);
-  const std::size_t n = o.rows * o.vocab;
+  const std::size_t n = o.rows * o.vocab;  // logits_bytes() bounded the product
   std::vector<std::uint8_t> bytes(n * dtype_size(dtype));
   for (std::size_t i = 0; i < n; ++i) {
     const float x = normal(rng);
@@ -157,14 +187,16 @@ int run_bench_probe_cuda(const BenchProbeOptions& o, LogitsView view, const std:
 
 int run_bench_probe(const BenchProbeOptions& o) {
   const auto dtype = parse_dtype(o.dtype);
-  if (!dtype) {
-    throw std::invalid_argument(fmt::format("--dtype must be fp32, bf16 or fp16; got '{}'", o.dtype));
+  if (!dtype) throw UsageError(fmt::format("--dtype must be fp32, bf16 or fp16; got '{}'", o.dtype));
+  const std::size_t size = logits_bytes(o, *dtype);
+  std::vector<std::uint8_t> bytes;
+  try {
+    bytes = make_logits(o, *dtype);
+  } catch (const std::bad_alloc&) {
+    throw Error(
+        fmt::format("cannot allocate {} bytes of logits for --rows {} x --vocab {} ({}): out of memory", size,
+                    o.rows, o.vocab, o.dtype));
   }
-  if (o.rows == 0 || o.vocab == 0) throw std::invalid_argument("--rows and --vocab must be >= 1");
-  if (o.device != "cpu" && o.device != "cuda") {
-    throw std::invalid_argument(fmt::format("--device must be cpu or cuda; got '{}'", o.device));
-  }
-  const std::vector<std::uint8_t> bytes = make_logits(o, *dtype);
   LogitsView view;
   view.data = bytes.data();
   view.dtype = *dtype;
@@ -225,14 +257,28 @@ std::function<int()> add_bench_probe(CLI::App& app) {
   auto options = std::make_shared<BenchProbeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "bench-probe", "Time the entropy-probe kernel against a streaming-read baseline; prints JSON");
-  cmd->add_option("--rows", options->rows, "rows (requests) per call")->capture_default_str();
-  cmd->add_option("--vocab", options->vocab, "vocabulary size (entries per row)")->capture_default_str();
-  cmd->add_option("--dtype", options->dtype, "logits dtype: fp32, bf16 or fp16")->capture_default_str();
-  cmd->add_option("--threads", options->threads, "CPU threads (1: single-core, as the bandwidth baseline)")
+  cmd->add_option("--rows", options->rows, "rows (requests) per call; rows x vocab x dtype bytes <= 4 GiB")
+      ->transform(integer_in(1, kMaxRows))
       ->capture_default_str();
-  cmd->add_option("--min-time", options->min_time_s, "seconds to time each variant")->capture_default_str();
-  cmd->add_option("--device", options->device, "cpu or cuda")->capture_default_str();
-  cmd->add_option("--seed", options->seed, "seed of the random logits")->capture_default_str();
+  cmd->add_option("--vocab", options->vocab, "vocabulary size (entries per row)")
+      ->transform(integer_in(1, kMaxVocab))
+      ->capture_default_str();
+  cmd->add_option("--dtype", options->dtype, "logits dtype: fp32, bf16 or fp16")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+  cmd->add_option("--threads", options->threads,
+                  "CPU threads (1: single-core, as the bandwidth baseline; 0: one per hardware thread)")
+      ->transform(integer_in(0, kMaxThreads))
+      ->capture_default_str();
+  cmd->add_option("--min-time", options->min_time_s, "seconds to time each variant")
+      ->check(number_in(0, kMaxMinTimeS))
+      ->capture_default_str();
+  cmd->add_option("--device", options->device, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", options->seed, "seed of the random logits")
+      ->transform(integer_in(0, std::numeric_limits<std::uint64_t>::max()))
+      ->capture_default_str();
   cmd->add_flag("--skip-reference", options->skip_reference, "do not time the float64 scalar reference");
   return [options] { return run_bench_probe(*options); };
 }

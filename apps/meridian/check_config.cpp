@@ -25,9 +25,13 @@ struct CheckConfigOptions {
   std::string format = "toml";
 };
 
-int report(const std::vector<ConfigIssue>& issues) {
+// `omitted`: problems found beyond those listed (ConfigError keeps the first
+// ConfigError::kMaxIssues, so a hostile file cannot flood the terminal).
+int report(const std::vector<ConfigIssue>& issues, std::size_t omitted = 0) {
   for (const ConfigIssue& issue : issues) fmt::print(stderr, "error: {}\n", issue.describe());
-  fmt::print(stderr, "{} problem{} found\n", issues.size(), issues.size() == 1 ? "" : "s");
+  if (omitted > 0) fmt::print(stderr, "error: … and {} more problem{}\n", omitted, omitted == 1 ? "" : "s");
+  const std::size_t total = issues.size() + omitted;
+  fmt::print(stderr, "{} problem{} found\n", total, total == 1 ? "" : "s");
   return 1;
 }
 
@@ -48,7 +52,7 @@ int run(const CheckConfigOptions& options) {
     fmt::print("{}\n", options.format == "json" ? to_json(config, only_model) : to_toml(config, only_model));
     return 0;
   } catch (const ConfigError& error) {
-    return report(error.issues());
+    return report(error.issues(), error.omitted());
   } catch (const TokenizerError& error) {
     return report({ConfigIssue{"", error.what(), "", 0, 0}});
   }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -22,6 +23,7 @@
 #include "commands.h"
 #include "meridian/config.h"
 #include "meridian/replay_study.h"
+#include "option_checks.h"
 #include <unistd.h>
 
 namespace meridian::cli {
@@ -29,6 +31,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using sim::PolicyKind;
+
+// Bounds of the options: each seed is a full run of every policy, each job a thread.
+constexpr std::uint64_t kMaxSeeds = 1000;
+constexpr std::uint64_t kMaxJobs = 1024;
+constexpr double kMaxRate = 1e9;  // syntax only: [workload] bounds the rate and the request count
+constexpr double kMaxDurationS = 1e12;
 
 struct ReplayCliOptions {
   std::string policies = "all";
@@ -112,14 +120,14 @@ std::vector<PolicyKind> parse_policies(const std::string& text) {
   while (std::getline(in, name, ',')) {
     const auto p = sim::parse_policy(name);
     if (!p) {
-      throw std::invalid_argument(
+      throw UsageError(
           fmt::format("--policies: unknown policy \"{}\" (known: vllm-fcfs, vllm-fcfs-tuned, vllm-priority, "
                       "static-budget, meridian-no-forcing, meridian, all)",
                       name));
     }
     out.push_back(*p);
   }
-  if (out.empty()) throw std::invalid_argument("--policies: no policy named");
+  if (out.empty()) throw UsageError("--policies: no policy named");
   return out;
 }
 
@@ -127,7 +135,7 @@ void write_file(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());
   std::ofstream out(path);
   out << text;
-  if (!out) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
+  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
 }
 
 // The study's progress through the bar, from whichever worker thread reports it.
@@ -166,6 +174,44 @@ void run_load_sweep(const ReplayCliOptions& o, const std::vector<PolicyKind>& po
   fmt::print("wrote {}\n", (out_dir / "load-sweep.json").string());
 }
 
+/// validate(params), naming the option when a value given on the command line breaks a rule.
+void validate_params(const ReplayCliOptions& o, const sim::ReplayParams& params) {
+  try {
+    sim::validate(params);
+  } catch (const ConfigError& e) {
+    const std::pair<std::string_view, bool> options[] = {
+        {"--arrival-rate", o.arrival_rate.has_value()},
+        {"--duration-s", o.duration_s.has_value()},
+        {"--reasoning-ratio", o.reasoning_ratio.has_value()}};
+    const std::string_view fields[] = {"workload.arrival_rate", "workload.duration_s",
+                                       "workload.reasoning_ratio"};
+    for (const ConfigIssue& issue : e.issues()) {
+      for (std::size_t i = 0; i < std::size(fields); ++i) {
+        if (issue.path == fields[i] && options[i].second) {
+          throw UsageError(fmt::format("{}: {}", options[i].first, issue.message));
+        }
+      }
+    }
+    throw;
+  }
+}
+
+/// Every rate of --load-sweep against the [workload] rules, before anything
+/// runs, naming the element that breaks one.
+void check_load_sweep(const ReplayCliOptions& o, const sim::ReplayParams& params) {
+  for (std::size_t i = 0; i < o.load_sweep.size(); ++i) {
+    sim::ReplayParams at_rate = params;
+    at_rate.workload.arrival_rate = o.load_sweep[i];
+    try {
+      sim::validate(at_rate);
+    } catch (const ConfigError& e) {
+      throw UsageError(fmt::format("--load-sweep: rate {} (element {} of {}): {}", o.load_sweep[i], i + 1,
+                                   o.load_sweep.size(),
+                                   e.issues().empty() ? std::string(e.what()) : e.issues().front().message));
+    }
+  }
+}
+
 int run_replay_command(const ReplayCliOptions& o) {
   const std::string kind = o.workload.value_or("");
   sim::ReplayParams params;
@@ -177,20 +223,26 @@ int run_replay_command(const ReplayCliOptions& o) {
   if (o.arrival_rate) params.workload.arrival_rate = *o.arrival_rate;
   if (o.duration_s) params.workload.duration_s = *o.duration_s;
   if (o.reasoning_ratio) params.workload.reasoning_ratio = *o.reasoning_ratio;
-  sim::validate(params);
+  validate_params(o, params);
   if (o.print_params) {
     fmt::print("{}", sim::to_toml(params));
     return 0;
   }
-  if (o.seeds == 0) throw std::invalid_argument("--seeds must be >= 1");
+  if (o.seed > std::numeric_limits<std::uint64_t>::max() - (o.seeds - 1)) {
+    throw UsageError(
+        fmt::format("--seed {} with --seeds {} runs past the largest seed, 2^64 - 1", o.seed, o.seeds));
+  }
+  if (!o.load_sweep.empty() && !o.trace.empty()) {
+    throw UsageError("--load-sweep varies the synthetic arrival rate; it cannot be used with --trace");
+  }
+  check_load_sweep(o, params);
   MeridianConfig config = MeridianConfig::defaults();
   if (!o.config_files.empty()) {
     config = load_config(std::vector<fs::path>(o.config_files.begin(), o.config_files.end()));
   }
   const auto policies = parse_policies(o.policies);
-  if (!o.trace.empty() && (!o.load_sweep.empty() || o.goodput)) {
-    throw std::invalid_argument(
-        "--load-sweep and --goodput vary the synthetic arrival rate; they cannot be used with --trace");
+  if (!o.trace.empty() && o.goodput) {
+    throw UsageError("--goodput varies the synthetic arrival rate; it cannot be used with --trace");
   }
   sim::StudyOptions study;
   study.config = config;
@@ -213,16 +265,24 @@ int run_replay_command(const ReplayCliOptions& o) {
   ctx.seeds = study.seeds;
   ctx.command = describe_command(o);
   ctx.params = params;
-  sim::Workload first;
-  if (!o.trace.empty()) {
-    study.trace = sim::load_trace(o.trace);
-    first = *study.trace;
-    ctx.workload = fmt::format("trace {}", o.trace);
-  } else {
-    first = sim::generate_workload(params.workload, o.seed);
-    ctx.workload = params.workload.kind;
+  // The first seed's workload is written now and not kept: the study makes
+  // its own, and a large workload is not held twice.
+  {
+    sim::Workload generated;
+    if (!o.trace.empty()) {
+      study.trace = sim::load_trace(o.trace);
+      ctx.workload = fmt::format("trace {}", o.trace);
+    } else {
+      generated = sim::generate_workload(params.workload, o.seed);
+      ctx.workload = params.workload.kind;
+    }
+    const sim::Workload& first = study.trace ? *study.trace : generated;
+    ctx.requests = first.requests.size();
+    fs::create_directories(out_dir);
+    std::ofstream trace(out_dir / "workload.jsonl");
+    sim::write_trace(first, trace);
+    if (!trace) throw Error(fmt::format("cannot write {}", (out_dir / "workload.jsonl").string()));
   }
-  ctx.requests = first.requests.size();
 
   if (o.goodput) {
     bar.start("goodput search");
@@ -245,11 +305,6 @@ int run_replay_command(const ReplayCliOptions& o) {
   const std::string md = sim::ab_report_markdown(runs, ctx);
   write_file(out_dir / "ab-report.md", md);
   write_file(out_dir / "replay-params.toml", sim::to_toml(params));
-  {
-    std::ostringstream trace;
-    sim::write_trace(first, trace);
-    write_file(out_dir / "workload.jsonl", trace.str());
-  }
   // The terminal gets the headline and the targets; the file has every metric.
   fmt::print("{}\n", md.substr(0, md.find("\n## All metrics")));
 
@@ -289,20 +344,28 @@ std::function<int()> add_replay(CLI::App& app) {
          "--policies", o->policies,
          "comma-separated: vllm-fcfs, vllm-priority, static-budget, meridian-no-forcing, meridian; or all")
       ->capture_default_str();
-  sub->add_option("--seed", o->seed, "first workload and signal seed")->capture_default_str();
+  sub->add_option("--seed", o->seed, "first workload and signal seed")
+      ->transform(integer_in(0, std::numeric_limits<std::uint64_t>::max()))
+      ->capture_default_str();
   sub->add_option("--seeds", o->seeds,
                   "number of seeds (--seed, --seed + 1, ...); reports give 95% intervals")
+      ->transform(integer_in(1, kMaxSeeds))
       ->capture_default_str();
-  sub->add_option("--jobs", o->jobs, "worker threads (0: one per hardware thread)")->capture_default_str();
+  sub->add_option("--jobs", o->jobs, "worker threads (0: one per hardware thread)")
+      ->transform(integer_in(0, kMaxJobs))
+      ->capture_default_str();
   sub->add_flag(
       "--goodput", o->goodput,
       "also find each policy's goodput (highest rate with [slo] attainment met); writes goodput.json");
   sub->add_flag("--pareto", o->pareto,
                 "also sweep static thinking budgets and Meridian's forcing thresholds; writes pareto.json");
   sub->add_option("--arrival-rate", o->arrival_rate,
-                  "conversations per second (Poisson); overrides the params");
-  sub->add_option("--duration-s", o->duration_s, "seconds of arrivals; overrides the params");
-  sub->add_option("--reasoning-ratio", o->reasoning_ratio, "share of reasoning conversations in [0, 1]");
+                  "conversations per second (Poisson); overrides the params")
+      ->check(number_in(0, kMaxRate, true));
+  sub->add_option("--duration-s", o->duration_s, "seconds of arrivals; overrides the params")
+      ->check(number_in(0, kMaxDurationS, true));
+  sub->add_option("--reasoning-ratio", o->reasoning_ratio, "share of reasoning conversations in [0, 1]")
+      ->check(number_in(0, 1));
   sub->add_option("--workload", o->workload,
                   "synthetic workload: mixed (default), seeds-mix, long-think or long-prompt");
   sub->add_option("--trace", o->trace, "replay a JSONL trace instead of a synthetic workload")
@@ -316,7 +379,8 @@ std::function<int()> add_replay(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--load-sweep", o->load_sweep,
                   "arrival rates to sweep (comma-separated); writes load-sweep.json")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(number_in(0, kMaxRate, true));
   sub->add_option("--out-dir", o->out_dir, "where reports go")->capture_default_str();
   sub->add_flag("--no-progress", o->no_progress, "no progress bar on stderr");
   sub->add_flag("--print-params", o->print_params, "print the effective replay parameters as TOML and exit");

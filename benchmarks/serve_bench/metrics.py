@@ -92,6 +92,7 @@ LABEL = {name: label for name, _, label in CATALOG}
 
 # The replay's metrics this benchmark does not report, and why.
 NOT_MEASURED = {
+    "rejected": "the replay engine's bound on requests held; a real server's refusals are HTTP errors, under aborted",
     "stopped_early": "the replay's goodput search only; a real run is never cut short by its verdict",
     "forced_pct, forced_converged_pct, forced_overthinking_pct, forced_hard_cap_pct":
         "a client cannot tell a forced </think> from a natural one (Meridian's telemetry counts its own)",

@@ -22,7 +22,6 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -114,7 +113,7 @@ class BusyGuard {
  public:
   BusyGuard(std::atomic<bool>& busy, const char* method) : busy_(busy) {
     if (busy_.exchange(true, std::memory_order_acquire)) {
-      throw std::runtime_error(fmt::format(
+      throw Error(fmt::format(
           "EntropyProbe.{}: this probe is already in use by another thread; use one EntropyProbe from "
           "one thread at a time",
           method));

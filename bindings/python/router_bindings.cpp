@@ -1,12 +1,21 @@
 // Python view of the phase router and the request-id map. Batch calls take
 // any sequence of ints (lists, numpy arrays via the buffer protocol are
 // converted by nanobind's std::vector caster).
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "meridian/error.h"
 #include "meridian/phase_router.h"
 #include "meridian/request_id_map.h"
 
@@ -14,6 +23,21 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace meridian::python {
+namespace {
+
+// A Python idle time (s) as nanoseconds: NaN and negatives are argument
+// errors; a time too long for nanoseconds saturates ("never").
+std::chrono::nanoseconds idle_seconds_to_ns(double seconds) {
+  if (!(seconds >= 0)) {
+    throw InvalidArgument(fmt::format("PhaseRouter.reap_idle: max_idle_s must be >= 0; got {}", seconds));
+  }
+  constexpr auto kMax = std::chrono::nanoseconds::max();
+  const double ns = seconds * 1e9;
+  if (ns >= static_cast<double>(kMax.count())) return kMax;
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(ns));
+}
+
+}  // namespace
 
 void bind_router(nb::module_& m) {
   nb::enum_<Phase>(m, "Phase")
@@ -100,17 +124,24 @@ void bind_router(nb::module_& m) {
           "request_id"_a, "token"_a, "text"_a = "")
       .def(
           "on_tokens",
-          [](PhaseRouter& r, const std::vector<RequestId>& ids, const std::vector<TokenId>& tokens) {
+          [](PhaseRouter& r, const std::vector<RequestId>& ids, const std::vector<TokenId>& tokens,
+             const std::optional<std::vector<std::string>>& texts) {
+            // Prose-marker models (granite) change phase on decoded text, so
+            // the batch path takes it as the single-token path does.
+            std::vector<std::string_view> text_views;
+            if (texts) text_views.assign(texts->begin(), texts->end());
             std::vector<PhaseEvent> events(ids.size());
             std::size_t n = 0;
             {
               nb::gil_scoped_release release;
-              n = r.on_tokens(ids, tokens, events);
+              n = r.on_tokens(ids, tokens, events, text_views);
             }
             events.resize(n);
             return events;
           },
-          "request_ids"_a, "tokens"_a, "One engine step; returns the events it caused")
+          "request_ids"_a, "tokens"_a, "texts"_a = nb::none(),
+          "One engine step (texts[i]: the decoded text of tokens[i], needed by prose-marker models); "
+          "returns the events it caused")
       .def(
           "request_force",
           [](PhaseRouter& r, RequestId id, ForceReason reason) {
@@ -127,10 +158,13 @@ void bind_router(nb::module_& m) {
       .def(
           "reap_idle",
           [](PhaseRouter& r, std::optional<double> max_idle_s) {
+            if (!max_idle_s) {
+              nb::gil_scoped_release release;
+              return r.reap_idle();
+            }
+            const std::chrono::nanoseconds max_idle = idle_seconds_to_ns(*max_idle_s);
             nb::gil_scoped_release release;
-            if (!max_idle_s) return r.reap_idle();
-            return r.reap_idle(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                std::chrono::duration<double>(*max_idle_s)));
+            return r.reap_idle(max_idle);
           },
           "max_idle_s"_a = nb::none())
       .def_prop_ro("tracked", &PhaseRouter::tracked)

@@ -112,7 +112,8 @@ void bind_cost_model(nb::module_& m) {
       .def_prop_ro("coefficients", &StepCostModel::coefficients)
       .def_prop_ro("online", &StepCostModel::online)
       .def_prop_ro("observations", &StepCostModel::observations)
-      .def_prop_ro("rejected", &StepCostModel::rejected);
+      .def_prop_ro("rejected", &StepCostModel::rejected)
+      .def_prop_ro("clamped", &StepCostModel::clamped);
 }
 
 void bind_plan_types(nb::module_& m) {
@@ -203,6 +204,7 @@ void bind_plan_types(nb::module_& m) {
       .def_ro("preempted_think", &SchedulerCounters::preempted_think)
       .def_ro("stalls", &SchedulerCounters::stalls)
       .def_ro("aborted", &SchedulerCounters::aborted)
+      .def_ro("livelock_releases", &SchedulerCounters::livelock_releases)
       .def_ro("due_think_decodes", &SchedulerCounters::due_think_decodes)
       .def_ro("output_slo_overruns", &SchedulerCounters::output_slo_overruns)
       .def_ro("rejected_step_times", &SchedulerCounters::rejected_step_times)
@@ -284,9 +286,11 @@ void bind_scheduler_class(nb::module_& m) {
           "predicted_step_ms): see DualQueueScheduler::engine_view in meridian/scheduler.h")
 
       .def("__len__", &DualQueueScheduler::size)
-      .def_prop_ro("counters", &DualQueueScheduler::counters)
-      .def_prop_ro("cost_model", &DualQueueScheduler::cost_model)
-      .def_prop_ro("options", &DualQueueScheduler::options);
+      // Snapshots (copies taken at the call), like every counter the
+      // bindings return: a value read before a step keeps its value after it.
+      .def_prop_ro("counters", [](const DualQueueScheduler& s) { return s.counters(); })
+      .def_prop_ro("cost_model", [](const DualQueueScheduler& s) { return s.cost_model(); })
+      .def_prop_ro("options", [](const DualQueueScheduler& s) { return s.options(); });
 }
 
 void bind_block_manager(nb::module_& m) {
@@ -387,8 +391,8 @@ void bind_block_manager(nb::module_& m) {
       .def("tier_of", &KvBlockManager::tier_of, "block"_a)
       .def("is_free", &KvBlockManager::is_free, "block"_a)
       .def_prop_ro("usage", &KvBlockManager::usage)
-      .def_prop_ro("counters", &KvBlockManager::counters)
-      .def_prop_ro("options", &KvBlockManager::options)
+      .def_prop_ro("counters", [](const KvBlockManager& k) { return k.counters(); })  // a snapshot
+      .def_prop_ro("options", [](const KvBlockManager& k) { return k.options(); })
       .def("check_invariants", &KvBlockManager::check_invariants);
 
   m.def("think_block_limit", &think_block_limit, "think_phase_memory_fraction"_a, "total_blocks"_a);

@@ -173,6 +173,14 @@ void overlay_config(MeridianConfig& config, std::string_view toml_text,
 /// Throws ConfigError if validate() finds anything.
 void validate_or_throw(const MeridianConfig& config);
 
+/// The same checks for one section on its own, for components that are
+/// given just that section (issues keep their dotted paths, "scheduler.…",
+/// "model.<name>.…"). Throw ConfigError if anything is found.
+void validate_or_throw(const SchedulerConfig& scheduler);
+void validate_or_throw(const EntropyConfig& entropy);
+void validate_or_throw(const KvMemoryConfig& kv_memory);
+void validate_or_throw(const ModelConfig& model);
+
 /// The config as a TOML document (every field, schema order) that
 /// parse_config() reads back to an equal config. With `only_model`, the
 /// [model] section holds just that model.

@@ -110,7 +110,8 @@ struct ProbeSettings {
   std::uint64_t min_think_tokens = 512;
   std::uint64_t max_think_tokens = 32768;
 
-  static ProbeSettings from(const MeridianConfig& config) noexcept;
+  /// Throws ConfigError (dotted paths) if [entropy] or [scheduler] is invalid.
+  static ProbeSettings from(const MeridianConfig& config);
 };
 
 /// What one think token did to the request's signals.
@@ -150,6 +151,7 @@ struct ProbeCounters {
 
 class EntropyProbe {
  public:
+  /// Throws InvalidArgument if ema_alpha is outside (0, 1] or a threshold is not finite.
   explicit EntropyProbe(const ProbeSettings& settings);
 
   /// Whether an EAT sample is due at this think-token count (every

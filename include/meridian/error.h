@@ -1,14 +1,22 @@
 // Meridian's typed error model.
 //
-// Every error Meridian raises derives from meridian::Error. Configuration
-// problems are reported as ConfigError, which carries one ConfigIssue per
-// problem found, each naming the dotted field path
-// ("entropy.ema_alpha must be in (0, 1]; got 1.5").
+// Every exception Meridian throws derives from meridian::Error; nothing
+// throws std::invalid_argument, std::out_of_range or a bare runtime_error.
+// Configuration problems are reported as ConfigError, which carries one
+// ConfigIssue per problem found, each naming the dotted field path
+// ("entropy.ema_alpha must be in (0, 1]; got 1.5"). Hot paths (router token
+// batches, block allocation, the scheduler step) report status codes instead.
+//
+// At the Python boundary: ConfigError, TokenizerError, TraceError and
+// InvalidArgument become ValueError, NotFound becomes KeyError, OutOfRange
+// becomes IndexError, KernelError is meridian.KernelError (a RuntimeError),
+// any other Error is RuntimeError.
 //
 // Thread-safety: these are plain value types; distinct instances may be used
 // from different threads, a shared instance only for reading.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -36,16 +44,44 @@ struct ConfigIssue {
   friend bool operator==(const ConfigIssue&, const ConfigIssue&) = default;
 };
 
-/// Thrown when configuration cannot be parsed or is invalid. what() lists every
-/// issue, one per line, each starting with its dotted path.
+/// Thrown when configuration cannot be parsed or is invalid. what() lists the
+/// issues, one per line, each starting with its dotted path. At most kMaxIssues
+/// are kept (a hostile file could otherwise hold millions); what() then ends
+/// with "… and N more problems".
 class ConfigError : public Error {
  public:
-  explicit ConfigError(std::vector<ConfigIssue> issues);
+  static constexpr std::size_t kMaxIssues = 50;
+
+  /// Keeps the first kMaxIssues of `issues`; `omitted` counts problems found
+  /// but not kept by the caller, and is added to those cut here.
+  explicit ConfigError(std::vector<ConfigIssue> issues, std::size_t omitted = 0);
 
   [[nodiscard]] const std::vector<ConfigIssue>& issues() const noexcept { return issues_; }
+  /// Problems found beyond issues(); issues().size() + omitted() is the total.
+  [[nodiscard]] std::size_t omitted() const noexcept { return omitted_; }
 
  private:
   std::vector<ConfigIssue> issues_;
+  std::size_t omitted_ = 0;
+};
+
+/// A caller passed a value outside an API's contract (a negative size, a
+/// duplicate request id, an unknown policy name on a command line).
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A name looked up does not exist (a metric, a request id).
+class NotFound : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An index or count lies outside the valid range of a container.
+class OutOfRange : public Error {
+ public:
+  using Error::Error;
 };
 
 /// Thrown when a tokenizer file cannot be read or does not match the model config.

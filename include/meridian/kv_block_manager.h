@@ -82,6 +82,8 @@ struct KvBlockManagerOptions {
   bool fabric_offload = false;             ///< live ThinkComplete blocks may be offloaded
 
   /// From [kv_memory] and [disagg]; capacity_bytes is the resolved KV budget.
+  /// Throws ConfigError if [kv_memory] is invalid, InvalidArgument if the
+  /// capacity holds more than 2^32-1 blocks.
   static KvBlockManagerOptions from_config(const MeridianConfig& config, std::uint64_t capacity_bytes);
 };
 
@@ -130,7 +132,7 @@ struct KvBlockUsage {
 
 class KvBlockManager {
  public:
-  /// Throws std::invalid_argument (with the field name) on num_blocks == 0 or a
+  /// Throws InvalidArgument (with the field name) on num_blocks == 0 or a
   /// fraction outside (0, 1).
   explicit KvBlockManager(const KvBlockManagerOptions& options);
   ~KvBlockManager();
@@ -169,7 +171,7 @@ class KvBlockManager {
 
   [[nodiscard]] std::span<const BlockId> blocks_of(RequestId request) const;
   [[nodiscard]] bool holds_blocks(RequestId request) const;
-  /// Throw std::out_of_range (naming the block and the pool size) for an id >= num_blocks.
+  /// Throw OutOfRange (naming the block and the pool size) for an id >= num_blocks.
   [[nodiscard]] BlockTier tier_of(BlockId block) const;
   [[nodiscard]] bool is_free(BlockId block) const;
   [[nodiscard]] KvBlockUsage usage() const noexcept;

@@ -20,8 +20,8 @@
 //  * Requests idle longer than reap_idle_after (router clock) are reaped.
 //
 // Thread-safety: every member function may be called concurrently from any
-// number of threads. State lives in a fixed number of shards, each a
-// mutex-guarded flat hash map (ADR-0002); calls for different requests rarely
+// number of threads. State lives in a fixed number of shards, each a flat
+// hash map guarded by a spin lock (ADR-0002); calls for different requests rarely
 // contend. Tokens of one request must be fed in order (from one thread at a
 // time), as an engine naturally does.
 //
@@ -54,6 +54,7 @@ struct RouterLimits {
   std::uint32_t force_reissue_grace_steps = 1;
   std::chrono::nanoseconds reap_idle_after = std::chrono::seconds(60);
 
+  /// Throws ConfigError (dotted paths) if `scheduler` is invalid.
   static RouterLimits from(const SchedulerConfig& scheduler);
 };
 
@@ -104,9 +105,12 @@ struct RouterCounters {
 class PhaseRouter {
  public:
   /// `extra_eos` adds end-of-sequence ids the engine knows (e.g. from its
-  /// tokenizer / generation config) to the model's eos_token_ids.
+  /// tokenizer / generation config) to the model's eos_token_ids. Throws
+  /// ConfigError if `model` is invalid, InvalidArgument if `limits` has
+  /// force_reissue_grace_steps == 0 or reap_idle_after <= 0.
   PhaseRouter(const ModelConfig& model, RouterLimits limits, std::span<const TokenId> extra_eos = {});
-  /// Router for model `model_name` of `config` (throws ConfigError if unknown).
+  /// Router for model `model_name` of `config` (throws ConfigError if unknown,
+  /// or if [scheduler] or the model is invalid).
   PhaseRouter(const MeridianConfig& config, std::string_view model_name,
               std::span<const TokenId> extra_eos = {});
   ~PhaseRouter();
@@ -131,6 +135,8 @@ class PhaseRouter {
   /// each shard's lock once per step (the hot path an engine should use).
   /// Events come in input order when no other thread holds a shard the step
   /// needs, otherwise grouped by shard; each request's events keep their order.
+  /// Throws InvalidArgument if the lengths do not fit (a caller bug, checked
+  /// before any state changes).
   std::size_t on_tokens(std::span<const RequestId> ids, std::span<const TokenId> tokens,
                         std::span<PhaseEvent> events, std::span<const std::string_view> texts = {});
 

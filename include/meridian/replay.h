@@ -46,6 +46,14 @@ inline constexpr std::array<PolicyKind, 6> kAllPolicies = {
   return p == PolicyKind::kMeridian || p == PolicyKind::kMeridianNoForcing;
 }
 
+/// Requests the simulated engine holds beyond [engine] max_num_seqs (waiting
+/// for their prefill or a re-prefill). An arrival that finds the engine
+/// holding max_num_seqs + this many requests is rejected, as a server answers
+/// 503 under overload: it is reported under "rejected", misses its SLO, and
+/// its follow-up turns are never sent. It bounds a run's memory and time at
+/// any arrival rate; no run in docs/replay.md comes near it.
+inline constexpr std::uint32_t kMaxWaitingRequests = 16384;
+
 /// [engine]: the simulated engine's limits (vLLM's defaults for an H100 API server).
 struct EngineParams {
   std::uint32_t max_num_batched_tokens = 8192;
@@ -146,7 +154,7 @@ struct ReplayResult {
   std::vector<RequestOutcome> outcomes;  ///< one per workload request
   bool stopped_early = false;            ///< stop_after_slo_misses ended the run
 
-  /// The metric's value; throws std::out_of_range naming it if absent.
+  /// The metric's value; throws NotFound naming it if absent.
   [[nodiscard]] double metric(std::string_view name) const;
 };
 

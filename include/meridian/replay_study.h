@@ -50,7 +50,9 @@ struct StudyOptions {
   std::function<void(double)> progress;
 };
 
-/// One policy's runs, one per seed (in StudyOptions::seeds order).
+/// One policy's runs, one per seed (in StudyOptions::seeds order). Only the
+/// first seed's result keeps its series, samples and outcomes (what
+/// policy_report_json() reads); the others keep their metrics.
 struct PolicyRuns {
   PolicyKind policy = PolicyKind::kMeridian;
   std::vector<ReplayResult> seeds;

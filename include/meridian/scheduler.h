@@ -125,6 +125,8 @@ struct SchedulerCounters {
   std::uint64_t preempted_think = 0;
   std::uint64_t stalls = 0;
   std::uint64_t aborted = 0;
+  /// Partial prefills released (recompute) because nothing ran and no prefill could move.
+  std::uint64_t livelock_releases = 0;
   std::uint64_t due_think_decodes = 0;
   std::uint64_t output_slo_overruns = 0;  ///< steps predicted above output_tpot_budget_ms
   std::uint64_t rejected_step_times = 0;
@@ -145,7 +147,8 @@ struct SchedulerOptions {
   std::uint64_t total_kv_blocks = std::numeric_limits<std::uint64_t>::max();  ///< admission check
 
   /// From [scheduler], [kv_memory] and [disagg]; total_kv_blocks is the
-  /// engine's block count.
+  /// engine's block count. Throws ConfigError if [scheduler] or [kv_memory]
+  /// is invalid.
   static SchedulerOptions from_config(const MeridianConfig& config, std::uint64_t total_kv_blocks);
 };
 
@@ -170,7 +173,7 @@ struct EngineView {
 
 class DualQueueScheduler {
  public:
-  /// Throws std::invalid_argument naming the option on out-of-range options.
+  /// Throws InvalidArgument naming the option on out-of-range options.
   DualQueueScheduler(const SchedulerOptions& options, StepCostModel cost_model);
   ~DualQueueScheduler();
   DualQueueScheduler(DualQueueScheduler&&) noexcept;
@@ -178,7 +181,7 @@ class DualQueueScheduler {
   DualQueueScheduler(const DualQueueScheduler&) = delete;
   DualQueueScheduler& operator=(const DualQueueScheduler&) = delete;
 
-  /// Queues a request for prefill. Throws std::invalid_argument on a duplicate
+  /// Queues a request for prefill. Throws InvalidArgument on a duplicate
   /// id, prompt_tokens == 0, cached > prompt, phase kComplete, or a prompt
   /// that can never fit in total_kv_blocks.
   void add(const NewRequest& request);

@@ -90,6 +90,13 @@ struct WorkloadParams {
 void validate(const WorkloadParams& params);
 [[nodiscard]] Workload generate_workload(const WorkloadParams& params, std::uint64_t seed);
 
+/// Latest first-turn `arrival_s` and longest follow-up `delay_s` a workload
+/// may hold, in seconds (~31.7 years). Simulated time is an int64 nanosecond
+/// count; this keeps every arrival, plus the longest run, far inside it.
+/// Requests that arrive after [engine] max_sim_time_s are reported as never
+/// arrived.
+inline constexpr double kMaxEventTimeS = 1e9;
+
 /// A trace line is malformed: what() names the file, line and field.
 class TraceError : public Error {
  public:

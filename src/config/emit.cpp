@@ -1,9 +1,10 @@
 // Printing a resolved config as TOML (schema order, every field) and JSON.
+#include <cmath>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
-#include <toml++/toml.h>
 
 #include "config/internal.h"
 #include "config/schema.h"
@@ -14,37 +15,36 @@ namespace {
 namespace schema = config_schema;
 using config_detail::Overloaded;
 
-/// A field's value as a toml++ node, so quoting/escaping follows TOML rules.
+/// A field's value in TOML. Strings are single-line basic strings
+/// (toml_fields::toml_string): toml++'s printer drops a leading newline.
 template <class S>
 std::string toml_value(const S& section, const schema::Field<S>& field) {
   std::ostringstream out;
-  std::visit(Overloaded{
-                 [&](bool S::*m) { out << toml::value<bool>(section.*m); },
-                 [&](double S::*m) { out << schema::format_double(section.*m); },
-                 [&](std::uint64_t S::*m) { out << section.*m; },
-                 [&](std::uint32_t S::*m) { out << section.*m; },
-                 [&](std::string S::*m) { out << toml::value<std::string>(section.*m); },
-                 [&](std::optional<std::uint64_t> S::*m) {
-                   if (section.*m) {
-                     out << *(section.*m);
-                   } else {
-                     out << "\"auto\"";
-                   }
-                 },
-                 [&](FabricKind S::*m) { out << '"' << to_string(section.*m) << '"'; },
-                 [&](ReasoningParser S::*m) { out << '"' << to_string(section.*m) << '"'; },
-                 [&](std::vector<std::uint32_t> S::*m) {
-                   toml::array array;
-                   for (std::uint32_t id : section.*m) array.push_back(static_cast<std::int64_t>(id));
-                   out << array;
-                 },
-                 [&](std::vector<std::string> S::*m) {
-                   toml::array array;
-                   for (const std::string& s : section.*m) array.push_back(s);
-                   out << array;
-                 },
-             },
-             field.member);
+  std::visit(
+      Overloaded{
+          [&](bool S::*m) { out << (section.*m ? "true" : "false"); },
+          [&](double S::*m) { out << schema::format_double(section.*m); },
+          [&](std::uint64_t S::*m) { out << section.*m; },
+          [&](std::uint32_t S::*m) { out << section.*m; },
+          [&](std::string S::*m) { out << toml_fields::toml_string(section.*m); },
+          [&](std::optional<std::uint64_t> S::*m) {
+            if (section.*m) {
+              out << *(section.*m);
+            } else {
+              out << "\"auto\"";
+            }
+          },
+          [&](FabricKind S::*m) { out << '"' << to_string(section.*m) << '"'; },
+          [&](ReasoningParser S::*m) { out << '"' << to_string(section.*m) << '"'; },
+          [&](std::vector<std::uint32_t> S::*m) { out << fmt::format("[{}]", fmt::join(section.*m, ", ")); },
+          [&](std::vector<std::string> S::*m) {
+            std::vector<std::string> items;
+            items.reserve((section.*m).size());
+            for (const std::string& s : section.*m) items.push_back(toml_fields::toml_string(s));
+            out << fmt::format("[{}]", fmt::join(items, ", "));
+          },
+      },
+      field.member);
   return out.str();
 }
 
@@ -58,6 +58,13 @@ nlohmann::ordered_json json_value(const S& section, const schema::Field<S>& fiel
           },
           [&](FabricKind S::*m) -> nlohmann::ordered_json { return to_string(section.*m); },
           [&](ReasoningParser S::*m) -> nlohmann::ordered_json { return to_string(section.*m); },
+          [&](double S::*m) -> nlohmann::ordered_json {
+            // JSON has no infinity or NaN (nlohmann would print null); only a
+            // config that fails validation holds one.
+            const double v = section.*m;
+            if (std::isfinite(v)) return v;
+            return schema::format_double(v);
+          },
           [&](auto m) -> nlohmann::ordered_json { return section.*m; },
       },
       field.member);
@@ -65,11 +72,12 @@ nlohmann::ordered_json json_value(const S& section, const schema::Field<S>& fiel
 
 template <class Fn>
 void for_each_model(const MeridianConfig& config, std::optional<std::string_view> only_model, Fn&& fn) {
+  // The table is named by the map key, which is what parse_config() makes the model's name.
   if (only_model) {
-    fn(config.model(*only_model));
+    fn(*only_model, config.model(*only_model));
     return;
   }
-  for (const auto& [name, model] : config.models) fn(model);
+  for (const auto& [name, model] : config.models) fn(std::string_view(name), model);
 }
 
 }  // namespace
@@ -84,8 +92,8 @@ std::string to_toml(const MeridianConfig& config, std::optional<std::string_view
     out += fmt::format("[{}]\n", section.name);
     emit_fields(config.*section.member, section.fields);
   });
-  for_each_model(config, only_model, [&](const ModelConfig& model) {
-    out += fmt::format("\n[model.{}]\n", model.name);
+  for_each_model(config, only_model, [&](std::string_view name, const ModelConfig& model) {
+    out += fmt::format("\n[model.{}]\n", toml_fields::toml_key(name));
     emit_fields(model, schema::model_fields());
   });
   return out;
@@ -102,10 +110,12 @@ std::string to_json(const MeridianConfig& config, std::optional<std::string_view
     root[std::string(section.name)] = fill(config.*section.member, section.fields);
   });
   nlohmann::ordered_json models = nlohmann::ordered_json::object();
-  for_each_model(config, only_model,
-                 [&](const ModelConfig& model) { models[model.name] = fill(model, schema::model_fields()); });
+  for_each_model(config, only_model, [&](std::string_view name, const ModelConfig& model) {
+    models[std::string(name)] = fill(model, schema::model_fields());
+  });
   root["model"] = std::move(models);
-  return root.dump(2);
+  // Names and strings built in code may hold invalid UTF-8: replace it rather than throw.
+  return root.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 std::vector<std::string> config_field_paths() {

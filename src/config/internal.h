@@ -1,11 +1,12 @@
 // Internals shared by the config translation units (parse, validate, emit).
 #pragma once
 
-#include <map>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
+#include "config/toml_fields.h"
 #include "meridian/config.h"
 
 namespace meridian::config_detail {
@@ -18,19 +19,26 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
-/// Where a value came from, keyed by dotted path, so that validation issues
-/// found after parsing can still point at a file, line and column.
-struct Location {
-  std::string source;
-  std::uint32_t line = 0;
-  std::uint32_t column = 0;
+using toml_fields::Location;
+using toml_fields::LocationMap;
+
+/// What reading documents has found so far.
+struct ReadState {
+  toml_fields::IssueList issues;
+  LocationMap locations;
+  /// Fields whose values were rejected while reading (validation does not report them again).
+  std::unordered_set<std::string> rejected;
 };
-using LocationMap = std::map<std::string, Location, std::less<>>;
 
 /// Apply one TOML document to `config`; type/unknown-key problems go to
-/// `issues` (the offending values are skipped, the rest still applies).
+/// `state.issues` (the offending values are skipped, the rest still applies).
 void apply_document(MeridianConfig& config, std::string_view toml_text, std::string_view source_name,
-                    LocationMap& locations, std::vector<ConfigIssue>& issues);
+                    ReadState& state);
+
+/// Range and cross-field checks of validate(), into `issues`; issues whose
+/// path is in `skip` are left out.
+void validate_into(const MeridianConfig& config, toml_fields::IssueList& issues,
+                   const std::unordered_set<std::string>* skip = nullptr);
 
 /// Attach locations to issues whose path was seen while parsing.
 void locate(std::vector<ConfigIssue>& issues, const LocationMap& locations);

@@ -8,18 +8,17 @@ namespace {
 
 MeridianConfig build_defaults() {
   MeridianConfig config;
-  config_detail::LocationMap locations;
-  std::vector<ConfigIssue> issues;
+  config_detail::ReadState state;
   for (const auto& preset : config_detail::embedded_presets()) {
     config_detail::apply_document(config, preset.toml_text, fmt::format("models/{}", preset.file_name),
-                                  locations, issues);
+                                  state);
   }
-  if (issues.empty()) {
-    issues = validate(config);
-    config_detail::locate(issues, locations);
+  if (state.issues.empty()) {
+    config_detail::validate_into(config, state.issues);
+    config_detail::locate(state.issues.kept(), state.locations);
   }
   // A broken preset is a build defect; the preset test suite catches it first.
-  if (!issues.empty()) throw ConfigError(std::move(issues));
+  state.issues.throw_if_any();
   return config;
 }
 
@@ -32,12 +31,19 @@ MeridianConfig MeridianConfig::defaults() {
 
 const ModelConfig& MeridianConfig::model(std::string_view name) const {
   if (auto it = models.find(name); it != models.end()) return it->second;
-  std::vector<std::string> known;
-  known.reserve(models.size());
-  for (const auto& [key, value] : models) known.push_back(key);
+  // The list is cut short: a config built in code may hold any number of models.
+  constexpr std::size_t kMaxListed = 20;
+  std::vector<std::string_view> known;
+  for (const auto& [key, value] : models) {
+    if (known.size() == kMaxListed) break;
+    known.emplace_back(key);
+  }
+  const std::string more =
+      models.size() > kMaxListed ? fmt::format(" and {} more", models.size() - kMaxListed) : std::string();
+  const std::string path = fmt::format("model.{}", toml_fields::shown(name));
   throw ConfigError({ConfigIssue{
-      fmt::format("model.{}", name),
-      fmt::format("model.{} is not defined; known models: {}", name, fmt::join(known, ", ")), "", 0, 0}});
+      path, fmt::format("{} is not defined; known models: {}{}", path, fmt::join(known, ", "), more), "", 0,
+      0}});
 }
 
 std::vector<std::string> builtin_model_presets() {

@@ -2,11 +2,7 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
-#include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 namespace meridian::config_schema {
 namespace {
@@ -14,9 +10,20 @@ namespace {
 constexpr double kU32Max = static_cast<double>(std::numeric_limits<std::uint32_t>::max());
 
 constexpr NumericRange positive() noexcept { return {Bound{0, true}, std::nullopt}; }
-constexpr NumericRange at_least(double v) noexcept { return {Bound{v, false}, std::nullopt}; }
 constexpr NumericRange greater_than(double v) noexcept { return {Bound{v, true}, std::nullopt}; }
 constexpr NumericRange none() noexcept { return {}; }
+// Upper bounds keep the float -> integer conversions downstream defined
+// (milliseconds -> nanoseconds, multiplier x batch -> token count) and the
+// engine responsive; they sit far above any sensible setting.
+constexpr NumericRange up_to(double lo, bool lo_open, double hi) noexcept {
+  return {Bound{lo, lo_open}, Bound{hi, false}};
+}
+constexpr double kMaxTpotBudgetMs = 60000;     // a minute per token
+constexpr double kMaxReapIdleS = 1e6;          // ~11.6 days
+constexpr double kMaxBatchMultiplier = 100;    // multiplier x output batch stays a 32-bit token count
+constexpr double kMaxStepBaseMs = 10000;       // ten seconds for an empty step
+constexpr double kMaxStepPerTokenMs = 1000;    // one second per scheduled token
+constexpr double kMaxStepPerKvTokenUs = 1000;  // one millisecond per context token
 
 // Enum fields: the values in the order error messages list them; their TOML
 // spellings come from to_string(), the one enum-to-string mapping.
@@ -39,17 +46,17 @@ using SC = SchedulerConfig;
 constexpr std::array<Field<SC>, 16> kScheduler{{
     {"think_tpot_budget_ms",
      &SC::think_tpot_budget_ms,
-     positive(),
+     up_to(0, true, kMaxTpotBudgetMs),
      {},
      "TPOT budget for think-phase tokens (ms)"},
     {"output_tpot_budget_ms",
      &SC::output_tpot_budget_ms,
-     positive(),
+     up_to(0, true, kMaxTpotBudgetMs),
      {},
      "TPOT budget for output-phase tokens (ms)"},
     {"think_batch_multiplier",
      &SC::think_batch_multiplier,
-     at_least(1.0),
+     up_to(1, false, kMaxBatchMultiplier),
      {},
      "think batch as a multiple of the output batch token budget"},
     {"max_think_tokens",
@@ -69,7 +76,7 @@ constexpr std::array<Field<SC>, 16> kScheduler{{
      "steps a forced </think> may take to land before it is re-issued"},
     {"reap_idle_after_s",
      &SC::reap_idle_after_s,
-     positive(),
+     up_to(0, true, kMaxReapIdleS),
      {},
      "router state of a request idle this long (s) is reaped"},
     {"min_prefill_tokens_per_step",
@@ -88,15 +95,19 @@ constexpr std::array<Field<SC>, 16> kScheduler{{
      {Bound{0, false}, Bound{kU32Max, false}},
      {},
      "steps a re-admitted request cannot be preempted (times its preemption count)"},
-    {"step_cost_base_ms", &SC::step_cost_base_ms, positive(), {}, "fixed cost of one engine step (ms)"},
+    {"step_cost_base_ms",
+     &SC::step_cost_base_ms,
+     up_to(0, true, kMaxStepBaseMs),
+     {},
+     "fixed cost of one engine step (ms)"},
     {"step_cost_per_token_ms",
      &SC::step_cost_per_token_ms,
-     at_least(0.0),
+     up_to(0, false, kMaxStepPerTokenMs),
      {},
      "cost of each scheduled token (ms)"},
     {"step_cost_per_kv_token_us",
      &SC::step_cost_per_kv_token_us,
-     at_least(0.0),
+     up_to(0, false, kMaxStepPerKvTokenUs),
      {},
      "cost of each context token read by attention (us)"},
     {"step_cost_online", &SC::step_cost_online, none(), {}, "learn step-cost coefficients online"},
@@ -248,88 +259,16 @@ std::span<const FabricKind> fabric_values() { return kFabricKinds; }
 std::span<const ReasoningParser> reasoning_parser_values() { return kParsers; }
 Choices log_level_choices() { return kLevelChoices; }
 
-std::string format_double(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  std::array<char, 64> buf{};
-  auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), value);
-  std::string out(buf.data(), end);
-  if (out.find_first_of(".eE") == std::string::npos) out += ".0";
-  return out;
-}
-
-std::string describe_range(const NumericRange& range) {
-  const auto num = [](double v) {
-    // Integral bounds print without a fraction ("> 0", not "> 0.0").
-    if (std::floor(v) == v && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
-    return format_double(v);
-  };
-  if (range.lo && range.hi) {
-    return fmt::format("must be in {}{}, {}{}", range.lo->open ? "(" : "[", num(range.lo->value),
-                       num(range.hi->value), range.hi->open ? ")" : "]");
+std::optional<std::string> model_name_problem(std::string_view name) {
+  if (name.empty() || name.size() > kMaxModelNameBytes) {
+    return "a model name must be 1 to " + std::to_string(kMaxModelNameBytes) + " bytes long; got " +
+           std::to_string(name.size());
   }
-  if (range.lo) return fmt::format("must be {} {}", range.lo->open ? ">" : ">=", num(range.lo->value));
-  if (range.hi) return fmt::format("must be {} {}", range.hi->open ? "<" : "<=", num(range.hi->value));
-  return {};
-}
-
-bool in_range(const NumericRange& range, double value) {
-  // Written so that NaN fails every bounded check.
-  if (range.lo) {
-    const bool ok = range.lo->open ? value > range.lo->value : value >= range.lo->value;
-    if (!ok) return false;
-  }
-  if (range.hi) {
-    const bool ok = range.hi->open ? value < range.hi->value : value <= range.hi->value;
-    if (!ok) return false;
-  }
-  return true;
-}
-
-std::optional<std::string_view> closest_key(std::string_view key, std::span<const std::string_view> known) {
-  const auto distance = [](std::string_view a, std::string_view b) {
-    std::vector<std::size_t> row(b.size() + 1);
-    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (std::size_t i = 1; i <= a.size(); ++i) {
-      std::size_t diag = row[0];
-      row[0] = i;
-      for (std::size_t j = 1; j <= b.size(); ++j) {
-        const std::size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0U : 1U)});
-        diag = up;
-      }
-    }
-    return row[b.size()];
-  };
-  std::optional<std::string_view> best;
-  std::size_t best_distance = std::max<std::size_t>(3, key.size() / 3) + 1;
-  for (std::string_view candidate : known) {
-    const std::size_t d = distance(key, candidate);
-    if (d < best_distance) {
-      best_distance = d;
-      best = candidate;
-    }
-  }
-  if (best || key.size() < 4) return best;
-  // Abbreviations ("capacity" for "capacity_bytes"): the key's characters
-  // appear in order in the candidate.
-  const auto is_subsequence = [](std::string_view small, std::string_view large) {
-    std::size_t i = 0;
-    for (char c : large) {
-      if (i < small.size() && small[i] == c) ++i;
-    }
-    return i == small.size();
-  };
-  best_distance = std::numeric_limits<std::size_t>::max();
-  for (std::string_view candidate : known) {
-    if (!is_subsequence(key, candidate)) continue;
-    const std::size_t d = distance(key, candidate);
-    if (d < best_distance) {
-      best_distance = d;
-      best = candidate;
-    }
-  }
-  return best;
+  const bool plain = std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  if (!plain) return std::string("a model name may contain only letters, digits, '_' and '-'");
+  return std::nullopt;
 }
 
 }  // namespace meridian::config_schema

@@ -14,23 +14,16 @@
 #include <variant>
 #include <vector>
 
+#include "config/toml_fields.h"
 #include "meridian/config.h"
 
 namespace meridian::config_schema {
 
-/// One end of a numeric range; `open` excludes the bound itself.
-struct Bound {
-  double value = 0;
-  bool open = false;
-};
-
-struct NumericRange {
-  std::optional<Bound> lo;
-  std::optional<Bound> hi;
-};
+using toml_fields::Bound;
+using toml_fields::NumericRange;
 
 /// A string-valued enumeration: the TOML spellings it accepts.
-using Choices = std::span<const std::string_view>;
+using toml_fields::Choices;
 
 template <class S>
 using Member = std::variant<bool S::*, double S::*, std::uint64_t S::*, std::uint32_t S::*, std::string S::*,
@@ -75,12 +68,9 @@ void for_each_section(Fn&& fn) {
 /// Names of the top-level tables, in schema order ("scheduler", ..., "model").
 std::vector<std::string_view> section_names();
 
-/// "must be in (0, 1]", "must be > 0", "must be >= 1", ... ; empty if unbounded.
-std::string describe_range(const NumericRange& range);
-bool in_range(const NumericRange& range, double value);
-
-/// Formats a double the way TOML would print it (shortest round-trip form).
-std::string format_double(double value);
+using toml_fields::describe_range;
+using toml_fields::format_double;
+using toml_fields::in_range;
 
 /// The accepted spellings of the enum fields; `*_values()[i]` is the value
 /// spelled `*_choices()[i]`.
@@ -95,7 +85,10 @@ inline constexpr std::size_t kMaxBoundaryIds = 8;
 inline constexpr std::size_t kMaxMarkers = 4;
 inline constexpr std::size_t kMaxMarkerBytes = 256;
 
-/// Closest known key to `key` by edit distance, if reasonably close.
-std::optional<std::string_view> closest_key(std::string_view key, std::span<const std::string_view> known);
+/// A model name: 1 to kMaxModelNameBytes letters, digits, '_' or '-' (it is
+/// a bare TOML key, an environment-variable value and part of every dotted path).
+inline constexpr std::size_t kMaxModelNameBytes = 64;
+/// What is wrong with a model name ("a model name may contain only ..."), if anything.
+std::optional<std::string> model_name_problem(std::string_view name);
 
 }  // namespace meridian::config_schema

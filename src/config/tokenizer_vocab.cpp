@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
-#include <sstream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "config/input_file.h"
+#include "config/toml_fields.h"
 
 namespace meridian {
 namespace {
@@ -46,6 +48,9 @@ TokenizerVocab TokenizerVocab::from_json(std::string_view json_text, std::string
     doc = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error& e) {
     throw TokenizerError(fmt::format("{}: not valid JSON at byte {}: {}", source_name, e.byte, e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    // A number too large for a double (out_of_range.406) is not a parse_error.
+    throw TokenizerError(fmt::format("{}: not valid JSON: {}", source_name, e.what()));
   }
   const auto added = doc.find("added_tokens");
   if (!doc.is_object() || added == doc.end() || !added->is_array()) {
@@ -59,6 +64,16 @@ TokenizerVocab TokenizerVocab::from_json(std::string_view json_text, std::string
         throw TokenizerError(fmt::format("{}: /added_tokens/{}/{} is missing", source_name, i, name));
       }
       return entry.at(name);
+    };
+    // Optional booleans; json::value() would throw its own type_error on a non-boolean.
+    const auto flag = [&](const char* name) {
+      const auto it = entry.find(name);
+      if (it == entry.end()) return false;
+      if (!it->is_boolean()) {
+        throw TokenizerError(fmt::format("{}: /added_tokens/{}/{} must be true or false; got {}", source_name,
+                                         i, name, it->dump()));
+      }
+      return it->get<bool>();
     };
     const nlohmann::json& id = field("id");
     const nlohmann::json& content = field("content");
@@ -74,19 +89,23 @@ TokenizerVocab TokenizerVocab::from_json(std::string_view json_text, std::string
     AddedToken token;
     token.id = id.get<std::uint32_t>();
     token.content = content.get<std::string>();
-    token.special = entry.value("special", false);
-    token.normalized = entry.value("normalized", false);
+    token.special = flag("special");
+    token.normalized = flag("normalized");
     vocab.added_.push_back(std::move(token));
   }
   return vocab;
 }
 
 TokenizerVocab TokenizerVocab::from_file(const std::filesystem::path& tokenizer_json) {
-  std::ifstream in(tokenizer_json, std::ios::binary);
-  if (!in) throw TokenizerError(fmt::format("cannot read tokenizer file '{}'", tokenizer_json.string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return from_json(text.str(), tokenizer_json.string());
+  // tokenizer.json files run to tens of MB (Gemma's is ~34 MB).
+  constexpr std::size_t kMaxTokenizerBytes = std::size_t{512} << 20U;
+  std::string why;
+  const std::optional<std::string> text = input_file::read_all(tokenizer_json, why, kMaxTokenizerBytes);
+  if (!text) {
+    throw TokenizerError(fmt::format("cannot read tokenizer file '{}': {}",
+                                     toml_fields::shown(tokenizer_json.string(), 256), why));
+  }
+  return from_json(*text, tokenizer_json.string());
 }
 
 std::optional<AddedToken> TokenizerVocab::find(std::string_view content) const {

@@ -1,21 +1,28 @@
 // Range checks (driven by the schema tables) and cross-field rules. Runs on
 // every parsed config and on configs built by hand (e.g. from Python).
 #include <algorithm>
-#include <map>
-#include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
+#include "config/internal.h"
 #include "config/schema.h"
 
 namespace meridian {
 namespace {
 
 namespace schema = config_schema;
+using toml_fields::shown;
 
+// Issues go to a bounded IssueList, and no check looks back at earlier issues,
+// so a config with 100 000 duplicate ids is validated in linear time.
 class Validator {
  public:
-  std::vector<ConfigIssue> run(const MeridianConfig& config) {
+  Validator(toml_fields::IssueList& issues, const std::unordered_set<std::string>* skip)
+      : issues_(issues), skip_(skip) {}
+
+  void run(const MeridianConfig& config) {
     schema::for_each_section(
         [&](const auto& section) { check_ranges(config.*section.member, section.fields, section.name); });
     check_scheduler(config.scheduler);
@@ -24,7 +31,6 @@ class Validator {
     check_disagg(config.disagg);
     check_telemetry(config.telemetry);
     for (const auto& [name, model] : config.models) check_model(name, model);
-    return std::move(issues_);
   }
 
  private:
@@ -46,7 +52,7 @@ class Validator {
               if (!field.choices.empty() &&
                   std::find(field.choices.begin(), field.choices.end(), value) == field.choices.end()) {
                 add(path, fmt::format("{} must be one of \"{}\"; got \"{}\"", path,
-                                      fmt::join(field.choices, "\", \""), value));
+                                      fmt::join(field.choices, "\", \""), shown(value)));
               }
             }
           },
@@ -54,10 +60,9 @@ class Validator {
     }
   }
 
-  void range(const std::string& path, const schema::NumericRange& r, double value, const std::string& shown) {
-    if (!schema::in_range(r, value)) {
-      add(path, fmt::format("{} {}; got {}", path, schema::describe_range(r), shown));
-    }
+  void range(const std::string& path, const schema::NumericRange& r, double value, const std::string& text) {
+    if (skip_ != nullptr && skip_->contains(path)) return;
+    toml_fields::check_number(issues_, path, r, value, text);
   }
 
   void check_scheduler(const SchedulerConfig& s) {
@@ -104,12 +109,21 @@ class Validator {
     if (!http || t.otlp_endpoint.find_first_of(" \t\r\n") != std::string::npos) {
       add("telemetry.otlp_endpoint",
           fmt::format("telemetry.otlp_endpoint must be an http:// or https:// URL; got \"{}\"",
-                      t.otlp_endpoint));
+                      shown(t.otlp_endpoint)));
     }
   }
 
   void check_model(const std::string& name, const ModelConfig& m) {
-    const std::string prefix = "model." + name;
+    const std::string prefix = "model." + shown(name);
+    // Configs built in code (the bindings) bypass the reader's name check;
+    // to_toml() must print a table that parse_config() reads back.
+    if (auto problem = schema::model_name_problem(name)) {
+      add(prefix, fmt::format("{}: {}", prefix, *problem));
+    } else if (m.name != name) {
+      add(prefix + ".name",
+          fmt::format("{}: the model's name is \"{}\"; it must be the name it is listed under", prefix,
+                      shown(m.name)));
+    }
     const auto parser = to_string(m.reasoning_parser);
     const std::pair<const char*, const std::vector<std::string>*> marker_lists[] = {
         {"think_start_markers", &m.think_start_markers},
@@ -135,7 +149,7 @@ class Validator {
         {"tool_call_start_token_ids", &m.tool_call_start_token_ids},
         {"tool_call_end_token_ids", &m.tool_call_end_token_ids},
     };
-    std::map<std::uint32_t, const char*> owner;
+    std::unordered_map<std::uint32_t, const char*> owner;
     for (const auto& [key, ids] : id_lists) {
       const std::string path = fmt::format("{}.{}", prefix, key);
       if (ids->size() > schema::kMaxBoundaryIds) {
@@ -145,7 +159,13 @@ class Validator {
       for (std::size_t i = 0; i < ids->size(); ++i) {
         const std::uint32_t id = (*ids)[i];
         auto [it, inserted] = owner.emplace(id, key);
-        if (!inserted) {
+        if (inserted) continue;
+        if (issues_.full()) {
+          issues_.count_dropped();
+        } else if (it->second == key) {
+          add(fmt::format("{}[{}]", path, i),
+              fmt::format("{}[{}] = {} appears more than once in {}", path, i, id, path));
+        } else {
           add(fmt::format("{}[{}]", path, i),
               fmt::format("{}[{}] = {} is also listed in {}.{}; a token can have only one role", path, i, id,
                           prefix, it->second));
@@ -159,7 +179,7 @@ class Validator {
                       prefix, prefix));
     }
 
-    std::set<std::string> seen_markers;
+    std::unordered_set<std::string_view> seen_markers;
     for (const auto& [key, list] : marker_lists) {
       const std::string path = fmt::format("{}.{}", prefix, key);
       if (list->size() > schema::kMaxMarkers) {
@@ -173,26 +193,39 @@ class Validator {
                                                           path, i, schema::kMaxMarkerBytes, marker.size()));
         } else if (!seen_markers.insert(marker).second) {
           add(fmt::format("{}[{}]", path, i),
-              fmt::format("{}[{}] = \"{}\" appears more than once among the markers", path, i, marker));
+              fmt::format("{}[{}] = \"{}\" appears more than once among the markers", path, i,
+                          shown(marker)));
         }
       }
     }
   }
 
   void add(std::string path, std::string message) {
-    issues_.push_back(ConfigIssue{std::move(path), std::move(message), "", 0, 0});
+    if (skip_ != nullptr && skip_->contains(path)) return;
+    issues_.add(std::move(path), std::move(message));
   }
 
-  std::vector<ConfigIssue> issues_;
+  toml_fields::IssueList& issues_;
+  const std::unordered_set<std::string>* skip_;
 };
 
 }  // namespace
 
-std::vector<ConfigIssue> validate(const MeridianConfig& config) { return Validator{}.run(config); }
+void config_detail::validate_into(const MeridianConfig& config, toml_fields::IssueList& issues,
+                                  const std::unordered_set<std::string>* skip) {
+  Validator(issues, skip).run(config);
+}
+
+std::vector<ConfigIssue> validate(const MeridianConfig& config) {
+  toml_fields::IssueList issues;
+  config_detail::validate_into(config, issues);
+  return std::move(issues.kept());
+}
 
 void validate_or_throw(const MeridianConfig& config) {
-  auto issues = validate(config);
-  if (!issues.empty()) throw ConfigError(std::move(issues));
+  toml_fields::IssueList issues;
+  config_detail::validate_into(config, issues);
+  issues.throw_if_any();
 }
 
 std::uint64_t KvMemoryConfig::resolve_capacity_bytes(std::uint64_t device_total_bytes) const {

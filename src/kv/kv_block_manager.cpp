@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 #include <string>
 
 #include <absl/container/flat_hash_map.h>
@@ -42,11 +41,12 @@ std::uint64_t KvBlockCounters::evictions(BlockTier tier) const noexcept {
 
 KvBlockManagerOptions KvBlockManagerOptions::from_config(const MeridianConfig& config,
                                                          std::uint64_t capacity_bytes) {
+  validate_or_throw(config.kv_memory);
   KvBlockManagerOptions o;
   o.block_size_bytes = config.kv_memory.block_size_bytes;
   const std::uint64_t blocks = o.block_size_bytes == 0 ? 0 : capacity_bytes / o.block_size_bytes;
   if (blocks > std::numeric_limits<std::uint32_t>::max()) {
-    throw std::invalid_argument(fmt::format(
+    throw InvalidArgument(fmt::format(
         "kv_memory: capacity_bytes / block_size_bytes = {} blocks exceeds the supported 4294967295", blocks));
   }
   o.num_blocks = static_cast<std::uint32_t>(blocks);
@@ -135,12 +135,11 @@ struct KvBlockManager::Impl {
 
 KvBlockManager::KvBlockManager(const KvBlockManagerOptions& options) {
   if (options.num_blocks == 0) {
-    throw std::invalid_argument(
-        "kv_memory: the KV capacity holds 0 blocks (capacity_bytes < block_size_bytes?)");
+    throw InvalidArgument("kv_memory: the KV capacity holds 0 blocks (capacity_bytes < block_size_bytes?)");
   }
   if (!(options.think_phase_memory_fraction > 0.0 && options.think_phase_memory_fraction < 1.0)) {
-    throw std::invalid_argument(fmt::format("kv_memory.think_phase_memory_fraction must be in (0, 1); got {}",
-                                            options.think_phase_memory_fraction));
+    throw InvalidArgument(fmt::format("kv_memory.think_phase_memory_fraction must be in (0, 1); got {}",
+                                      options.think_phase_memory_fraction));
   }
   impl_ = std::make_unique<Impl>(options);
 }
@@ -281,8 +280,7 @@ bool KvBlockManager::holds_blocks(RequestId request) const { return impl_->owned
 namespace {
 void check_block(BlockId block, std::size_t num_blocks) {
   if (block >= num_blocks) {
-    throw std::out_of_range(
-        fmt::format("block {} out of range: the manager has {} blocks", block, num_blocks));
+    throw OutOfRange(fmt::format("block {} out of range: the manager has {} blocks", block, num_blocks));
   }
 }
 }  // namespace

@@ -19,7 +19,8 @@ TokenRoles::TokenRoles(const ModelConfig& model, std::span<const TokenId> extra_
       const auto end = ids_.begin() + static_cast<std::ptrdiff_t>(count_);
       if (std::find(ids_.begin(), end, id) != end) continue;
       if (count_ == kCapacity) {
-        throw Error(fmt::format("model.{} has more than {} boundary/EOS token ids", model.name, kCapacity));
+        throw InvalidArgument(
+            fmt::format("model.{} has more than {} boundary/EOS token ids", model.name, kCapacity));
       }
       ids_[count_] = id;
       roles_[count_] = role;
@@ -57,7 +58,7 @@ MarkerSearch::MarkerSearch(const std::vector<std::string>& markers) {
     accept[state] = 1;
   }
   if (go.size() > std::numeric_limits<std::uint16_t>::max()) {
-    throw Error("prose markers are too long for the marker automaton");
+    throw InvalidArgument("prose markers are too long for the marker automaton");
   }
   std::vector<std::size_t> fail(go.size(), 0);
   std::deque<std::size_t> queue;
@@ -91,7 +92,7 @@ MarkerSearch::MarkerSearch(const std::vector<std::string>& markers) {
 }
 
 MarkerPrefix::MarkerPrefix(std::vector<std::string> markers) : markers_(std::move(markers)) {
-  if (markers_.size() > 8) throw Error("at most 8 prose start markers are supported");
+  if (markers_.size() > 8) throw InvalidArgument("at most 8 prose start markers are supported");
 }
 
 MarkerPrefix::Verdict MarkerPrefix::step(State& state, unsigned char byte) const noexcept {

@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <bit>
-#include <mutex>  // std::lock_guard
 #include <ranges>
 #include <thread>
 #include <vector>
@@ -12,6 +11,7 @@
 
 #include "router/boundaries.h"
 #include "router/spin_lock.h"
+#include "sync/mutex.h"
 
 namespace meridian {
 namespace {
@@ -61,7 +61,7 @@ std::int64_t steady_now_ns() noexcept {
 
 struct alignas(64) Shard {
   mutable router_detail::SpinLock mu;
-  absl::flat_hash_map<RequestId, RequestState> requests;
+  absl::flat_hash_map<RequestId, RequestState> requests ABSL_GUARDED_BY(mu);
 };
 
 struct AtomicCounters {
@@ -73,15 +73,35 @@ struct AtomicCounters {
   static void bump(std::atomic<std::uint64_t>& c) noexcept { c.fetch_add(1, std::memory_order_relaxed); }
 };
 
+// Seconds as nanoseconds, saturating: validation bounds the value, but a
+// float -> integer conversion out of range would be undefined behaviour.
+std::chrono::nanoseconds seconds_to_ns(double seconds) noexcept {
+  constexpr auto kMax = std::chrono::nanoseconds::max();
+  const double ns = seconds * 1e9;
+  if (!(ns < static_cast<double>(kMax.count()))) return kMax;  // also NaN, which validation rejects first
+  if (ns <= 0) return std::chrono::nanoseconds::zero();
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(ns));
+}
+
+void check_limits(const RouterLimits& limits) {
+  if (limits.force_reissue_grace_steps == 0) {
+    throw InvalidArgument("RouterLimits.force_reissue_grace_steps must be >= 1; got 0");
+  }
+  if (limits.reap_idle_after.count() <= 0) {
+    throw InvalidArgument(
+        fmt::format("RouterLimits.reap_idle_after must be > 0; got {} ns", limits.reap_idle_after.count()));
+  }
+}
+
 }  // namespace
 
 RouterLimits RouterLimits::from(const SchedulerConfig& scheduler) {
+  validate_or_throw(scheduler);
   RouterLimits limits;
   limits.min_think_tokens = scheduler.min_think_tokens;
   limits.max_think_tokens = scheduler.max_think_tokens;
   limits.force_reissue_grace_steps = scheduler.force_reissue_grace_steps;
-  limits.reap_idle_after = std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::duration<double>(scheduler.reap_idle_after_s));
+  limits.reap_idle_after = seconds_to_ns(scheduler.reap_idle_after_s);
   return limits;
 }
 
@@ -94,9 +114,7 @@ struct PhaseRouter::Impl {
         now_ns(steady_now_ns()),
         last_reap_ns(now_ns.load()),
         parser(model.reasoning_parser),
-        supports_think_disable(model.supports_think_disable) {
-    if (limits.force_reissue_grace_steps == 0) limits.force_reissue_grace_steps = 1;
-  }
+        supports_think_disable(model.supports_think_disable) {}
 
   Shard& shard_for(RequestId id) noexcept { return shards[shard_index(id)]; }
   const Shard& shard_for(RequestId id) const noexcept { return shards[shard_index(id)]; }
@@ -265,10 +283,11 @@ struct PhaseRouter::Impl {
     return true;
   }
 
-  // Caller holds shard.mu. The lookup and the fast path are inlined into the
-  // batch loop; anything unusual leaves through slow_token().
+  // The lookup and the fast path are inlined into the batch loop; anything
+  // unusual leaves through slow_token().
   [[gnu::always_inline]] std::optional<PhaseEvent> on_token_locked(Shard& shard, RequestId id, TokenId token,
-                                                                   std::string_view text, std::int64_t now) {
+                                                                   std::string_view text, std::int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     auto it = shard.requests.find(id);
     if (it == shard.requests.end()) [[unlikely]] {
       AtomicCounters::bump(counters.unknown_request_tokens);
@@ -282,7 +301,7 @@ struct PhaseRouter::Impl {
 
   [[gnu::noinline]] std::optional<PhaseEvent> slow_token(
       Shard& shard, absl::flat_hash_map<RequestId, RequestState>::iterator it, RequestId id, TokenId token,
-      std::string_view text, std::int64_t now) {
+      std::string_view text, std::int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
     bool completed = false;
     auto result = advance(id, it->second, token, text, now, completed);
     if (completed) {
@@ -290,6 +309,41 @@ struct PhaseRouter::Impl {
       tracked.fetch_sub(1, std::memory_order_relaxed);
     }
     return result;
+  }
+
+  // Uncontended (the usual case: one scheduler thread per engine): take
+  // every shard the step touches with try_lock, then process the tokens in
+  // input order - one lock per shard per step and sequential input access.
+  // Returns nullopt, having changed nothing, if another thread holds one of
+  // them. The analysis cannot follow a data-dependent set of locks: the
+  // bitmask `held` is what guarantees each shard is held while it is used.
+  std::optional<std::size_t> on_tokens_uncontended(std::span<const RequestId> ids,
+                                                   std::span<const TokenId> tokens,
+                                                   std::span<PhaseEvent> events,
+                                                   std::span<const std::string_view> texts,
+                                                   std::int64_t now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    std::uint64_t touched = 0;
+    for (RequestId id : ids) touched |= 1ULL << shard_index(id);
+    std::uint64_t held = 0;
+    for (std::uint64_t rest = touched; rest != 0; rest &= rest - 1) {
+      const auto s = static_cast<std::size_t>(std::countr_zero(rest));
+      if (!shards[s].mu.try_lock()) break;
+      held |= 1ULL << s;
+    }
+    std::size_t produced = 0;
+    if (held == touched) {
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const std::string_view text = texts.empty() ? std::string_view{} : texts[i];
+        if (auto e = on_token_locked(shard_for(ids[i]), ids[i], tokens[i], text, now)) {
+          events[produced++] = *e;
+        }
+      }
+    }
+    for (std::uint64_t rest = held; rest != 0; rest &= rest - 1) {
+      shards[static_cast<std::size_t>(std::countr_zero(rest))].mu.unlock();
+    }
+    if (held != touched) return std::nullopt;
+    return produced;
   }
 
   // Ordered largest-alignment first to keep padding small.
@@ -306,8 +360,13 @@ struct PhaseRouter::Impl {
   bool supports_think_disable;
 };
 
-PhaseRouter::PhaseRouter(const ModelConfig& model, RouterLimits limits, std::span<const TokenId> extra_eos)
-    : impl_(std::make_unique<Impl>(model, limits, extra_eos)) {}
+PhaseRouter::PhaseRouter(const ModelConfig& model, RouterLimits limits, std::span<const TokenId> extra_eos) {
+  // Checked here, not only when loading: the bindings and hand-built configs
+  // reach this constructor directly.
+  validate_or_throw(model);
+  check_limits(limits);
+  impl_ = std::make_unique<Impl>(model, limits, extra_eos);
+}
 
 PhaseRouter::PhaseRouter(const MeridianConfig& config, std::string_view model_name,
                          std::span<const TokenId> extra_eos)
@@ -319,7 +378,7 @@ Phase PhaseRouter::begin(RequestId id, std::span<const TokenId> prompt_token_ids
   Impl& impl = *impl_;
   Shard& shard = impl.shard_for(id);
   const std::int64_t now = impl.now_ns.load(std::memory_order_relaxed);
-  std::lock_guard lock(shard.mu);
+  const sync::Lock lock(shard.mu);
   auto [it, inserted] = shard.requests.try_emplace(id);
   RequestState& s = it->second;
   s.last_active_ns = now;
@@ -353,7 +412,7 @@ std::optional<PhaseEvent> PhaseRouter::on_token(RequestId id, TokenId token, std
   Impl& impl = *impl_;
   Shard& shard = impl.shard_for(id);
   const std::int64_t now = impl.now_ns.load(std::memory_order_relaxed);
-  std::lock_guard lock(shard.mu);
+  const sync::Lock lock(shard.mu);
   return impl.on_token_locked(shard, id, token, text, now);
 }
 
@@ -361,38 +420,16 @@ std::size_t PhaseRouter::on_tokens(std::span<const RequestId> ids, std::span<con
                                    std::span<PhaseEvent> events, std::span<const std::string_view> texts) {
   if (tokens.size() != ids.size() || events.size() < ids.size() ||
       (!texts.empty() && texts.size() != ids.size())) {
-    throw Error(
+    throw InvalidArgument(
         fmt::format("PhaseRouter::on_tokens: got {} ids, {} tokens, {} texts and room for {} events; "
                     "tokens (and texts, if any) must match ids and events must be at least as long",
                     ids.size(), tokens.size(), texts.size(), events.size()));
   }
   Impl& impl = *impl_;
   const std::int64_t now = impl.now_ns.load(std::memory_order_relaxed);
+  if (const auto produced = impl.on_tokens_uncontended(ids, tokens, events, texts, now)) return *produced;
   const auto text_at = [&](std::size_t i) { return texts.empty() ? std::string_view{} : texts[i]; };
   std::size_t produced = 0;
-
-  // Uncontended (the usual case: one scheduler thread per engine): take
-  // every shard the step touches with try_lock, then process the tokens in
-  // input order - one lock per shard per step and sequential input access.
-  std::uint64_t touched = 0;
-  for (RequestId id : ids) touched |= 1ULL << shard_index(id);
-  std::uint64_t held = 0;
-  for (std::uint64_t rest = touched; rest != 0; rest &= rest - 1) {
-    const auto s = static_cast<std::size_t>(std::countr_zero(rest));
-    if (!impl.shards[s].mu.try_lock()) break;
-    held |= 1ULL << s;
-  }
-  if (held == touched) {
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (auto e = impl.on_token_locked(impl.shard_for(ids[i]), ids[i], tokens[i], text_at(i), now)) {
-        events[produced++] = *e;
-      }
-    }
-  }
-  for (std::uint64_t rest = held; rest != 0; rest &= rest - 1) {
-    impl.shards[static_cast<std::size_t>(std::countr_zero(rest))].mu.unlock();
-  }
-  if (held == touched) return produced;
 
   // Contended: another thread holds some shard. Bucket the tokens by shard
   // (stable counting sort into per-thread buffers that only grow) and visit
@@ -417,7 +454,7 @@ std::size_t PhaseRouter::on_tokens(std::span<const RequestId> ids, std::span<con
     const std::size_t s = (start + k) % kShardCount;
     if (offsets[s] == offsets[s + 1]) continue;
     Shard& shard = impl.shards[s];
-    std::lock_guard lock(shard.mu);
+    const sync::Lock lock(shard.mu);
     for (std::uint32_t j = offsets[s]; j < offsets[s + 1]; ++j) {
       const std::uint32_t i = order[j];
       if (auto e = impl.on_token_locked(shard, ids[i], tokens[i], text_at(i), now)) events[produced++] = *e;
@@ -429,7 +466,7 @@ std::size_t PhaseRouter::on_tokens(std::span<const RequestId> ids, std::span<con
 ForceResult PhaseRouter::request_force(RequestId id, ForceReason reason, PhaseEvent* event) {
   Impl& impl = *impl_;
   Shard& shard = impl.shard_for(id);
-  std::lock_guard lock(shard.mu);
+  const sync::Lock lock(shard.mu);
   auto it = shard.requests.find(id);
   if (it == shard.requests.end()) return ForceResult::kUnknownRequest;
   RequestState& s = it->second;
@@ -447,7 +484,7 @@ ForceResult PhaseRouter::request_force(RequestId id, ForceReason reason, PhaseEv
 
 bool PhaseRouter::end_think_pending(RequestId id) const {
   const Shard& shard = impl_->shard_for(id);
-  std::lock_guard lock(shard.mu);
+  const sync::Lock lock(shard.mu);
   auto it = shard.requests.find(id);
   if (it == shard.requests.end()) return false;
   const RequestState& s = it->second;
@@ -456,7 +493,7 @@ bool PhaseRouter::end_think_pending(RequestId id) const {
 
 std::optional<RequestSnapshot> PhaseRouter::snapshot(RequestId id) const {
   const Shard& shard = impl_->shard_for(id);
-  std::lock_guard lock(shard.mu);
+  const sync::Lock lock(shard.mu);
   auto it = shard.requests.find(id);
   if (it == shard.requests.end()) return std::nullopt;
   const RequestState& s = it->second;
@@ -475,7 +512,7 @@ std::optional<RequestSnapshot> PhaseRouter::snapshot(RequestId id) const {
 
 bool PhaseRouter::end(RequestId id) {
   Shard& shard = impl_->shard_for(id);
-  std::lock_guard lock(shard.mu);
+  const sync::Lock lock(shard.mu);
   if (shard.requests.erase(id) == 0) return false;
   impl_->tracked.fetch_sub(1, std::memory_order_relaxed);
   AtomicCounters::bump(impl_->counters.ended);
@@ -504,7 +541,7 @@ std::size_t PhaseRouter::reap_idle(std::chrono::nanoseconds max_idle) {
   const std::int64_t cutoff = impl_->now_ns.load(std::memory_order_relaxed) - max_idle.count();
   std::size_t reaped = 0;
   for (Shard& shard : impl_->shards) {
-    std::lock_guard lock(shard.mu);
+    const sync::Lock lock(shard.mu);
     for (auto it = shard.requests.begin(); it != shard.requests.end();) {
       if (it->second.last_active_ns < cutoff) {
         shard.requests.erase(it++);

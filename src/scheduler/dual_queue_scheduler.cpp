@@ -1,7 +1,7 @@
 // DualQueueScheduler's public methods; the step algorithm itself is in
 // scheduler/scheduler_impl.h.
 #include <algorithm>
-#include <stdexcept>
+#include <cmath>
 #include <utility>
 
 #include <fmt/format.h>
@@ -12,6 +12,8 @@
 namespace meridian {
 
 SchedulerOptions SchedulerOptions::from_config(const MeridianConfig& config, std::uint64_t total_kv_blocks) {
+  validate_or_throw(config.scheduler);
+  validate_or_throw(config.kv_memory);
   SchedulerOptions o;
   const SchedulerConfig& s = config.scheduler;
   o.think_tpot_budget_ms = s.think_tpot_budget_ms;
@@ -31,12 +33,21 @@ namespace {
 
 void check_options(const SchedulerOptions& o) {
   auto fail = [](std::string_view field, const std::string& rule, double got) {
-    throw std::invalid_argument(fmt::format("{} must be {}; got {}", field, rule, got));
+    throw InvalidArgument(fmt::format("{} must be {}; got {}", field, rule, got));
   };
-  if (!(o.think_tpot_budget_ms > 0)) fail("scheduler.think_tpot_budget_ms", "> 0", o.think_tpot_budget_ms);
-  if (!(o.output_tpot_budget_ms > 0)) fail("scheduler.output_tpot_budget_ms", "> 0", o.output_tpot_budget_ms);
-  if (!(o.think_batch_multiplier >= 1)) {
-    fail("scheduler.think_batch_multiplier", ">= 1", o.think_batch_multiplier);
+  // Finite too: an infinite budget or multiplier turns into an undefined
+  // float -> integer conversion when batch sizes are derived from it.
+  const auto finite_above = [](double v, double low, bool inclusive) {
+    return std::isfinite(v) && (inclusive ? v >= low : v > low);
+  };
+  if (!finite_above(o.think_tpot_budget_ms, 0, false)) {
+    fail("scheduler.think_tpot_budget_ms", "finite and > 0", o.think_tpot_budget_ms);
+  }
+  if (!finite_above(o.output_tpot_budget_ms, 0, false)) {
+    fail("scheduler.output_tpot_budget_ms", "finite and > 0", o.output_tpot_budget_ms);
+  }
+  if (!finite_above(o.think_batch_multiplier, 1, true)) {
+    fail("scheduler.think_batch_multiplier", "finite and >= 1", o.think_batch_multiplier);
   }
   if (!(o.preempt_max_fraction > 0 && o.preempt_max_fraction <= 1)) {
     fail("scheduler.preempt_max_fraction", "in (0, 1]", o.preempt_max_fraction);
@@ -59,23 +70,22 @@ DualQueueScheduler& DualQueueScheduler::operator=(DualQueueScheduler&&) noexcept
 void DualQueueScheduler::add(const NewRequest& request) {
   Impl& m = *impl_;
   if (m.table.find(request.id) != kNil) {
-    throw std::invalid_argument(fmt::format("request {} is already scheduled", request.id));
+    throw InvalidArgument(fmt::format("request {} is already scheduled", request.id));
   }
   if (request.prompt_tokens == 0) {
-    throw std::invalid_argument(fmt::format("request {}: prompt_tokens must be >= 1", request.id));
+    throw InvalidArgument(fmt::format("request {}: prompt_tokens must be >= 1", request.id));
   }
   if (request.cached_prompt_tokens > request.prompt_tokens) {
-    throw std::invalid_argument(fmt::format("request {}: cached_prompt_tokens {} exceeds prompt_tokens {}",
-                                            request.id, request.cached_prompt_tokens, request.prompt_tokens));
+    throw InvalidArgument(fmt::format("request {}: cached_prompt_tokens {} exceeds prompt_tokens {}",
+                                      request.id, request.cached_prompt_tokens, request.prompt_tokens));
   }
   if (request.phase == Phase::kComplete) {
-    throw std::invalid_argument(fmt::format("request {}: cannot add a completed request", request.id));
+    throw InvalidArgument(fmt::format("request {}: cannot add a completed request", request.id));
   }
   const std::uint64_t need = std::uint64_t{m.blocks_for(request.prompt_tokens)} + 1;
   if (need > m.opt.total_kv_blocks) {
-    throw std::invalid_argument(
-        fmt::format("request {}: a {}-token prompt needs {} KV blocks; the capacity is {}", request.id,
-                    request.prompt_tokens, need, m.opt.total_kv_blocks));
+    throw InvalidArgument(fmt::format("request {}: a {}-token prompt needs {} KV blocks; the capacity is {}",
+                                      request.id, request.prompt_tokens, need, m.opt.total_kv_blocks));
   }
   const std::uint32_t s = m.table.create(request.id);
   Slot& r = m.table.at(s);

@@ -15,6 +15,8 @@
 //      reasoning arrivals, then recompute victims (which keep a share of the
 //      budget), within the step ceiling but never less than
 //      min_prefill_tokens_per_step.
+//   6. with nothing running and nothing planned, partial prefills give way
+//      to the one furthest along (release_partial_prefills()).
 // Think KV has no wall: think_phase_memory_fraction is a soft share that only
 // holds back new reasoning admissions while the pool is short (ADR-0015).
 #pragma once
@@ -41,6 +43,18 @@ using sched_detail::SlotCold;
 
 struct DualQueueScheduler::Impl {
   static constexpr double kNsToMs = 1e-6;
+  // Spans added to the engine clock are clamped to this (about 31 years), and
+  // the sums saturate: a cost model or budget that predicts absurd times must
+  // not overflow int64 (UB; on x86 it wrapped negative and starved think).
+  static constexpr double kMaxSpanNs = 1e18;
+  [[nodiscard]] static std::int64_t span_ns(double ns) noexcept {
+    if (!(ns > 0)) return 0;  // also NaN
+    return static_cast<std::int64_t>(std::min(ns, kMaxSpanNs));
+  }
+  [[nodiscard]] static std::int64_t clock_plus(std::int64_t t, std::int64_t span) noexcept {
+    return t > std::numeric_limits<std::int64_t>::max() - span ? std::numeric_limits<std::int64_t>::max()
+                                                               : t + span;
+  }
   static constexpr double kStepEwmaAlpha = 0.25;
   // The next step may carry up to this fraction more due work than this one.
   static constexpr double kNextStepMargin = 0.5;
@@ -107,7 +121,7 @@ struct DualQueueScheduler::Impl {
       : opt(o),
         model(m),
         think_budget_ns(o.think_tpot_budget_ms / kNsToMs),
-        max_think_gap_ns(static_cast<std::int64_t>(kMaxGapBudgets * think_budget_ns)) {
+        max_think_gap_ns(span_ns(kMaxGapBudgets * think_budget_ns)) {
     if (std::has_single_bit(o.block_tokens)) block_shift = std::countr_zero(o.block_tokens);
   }
 
@@ -364,7 +378,7 @@ struct DualQueueScheduler::Impl {
   // comparison per request.
   void decode_due_think(std::int64_t now_ns, double floor_ms) {
     constexpr double kSteps = 2 + kNextStepMargin;
-    const std::int64_t horizon_end_ns = now_ns + static_cast<std::int64_t>(kSteps * floor_ms / kNsToMs);
+    const std::int64_t horizon_end_ns = clock_plus(now_ns, span_ns(kSteps * floor_ms / kNsToMs));
     auto is_due = [&](const Slot& r) {
       return horizon_end_ns > r.think_deadline_ns || (r.stalled_step != 0 && r.stalled_step + 1 == step);
     };
@@ -421,12 +435,25 @@ struct DualQueueScheduler::Impl {
 
   // Schedules prefill from one queue's lane(s) within `budget`; returns what is left.
   std::uint32_t prefill_lanes(std::uint8_t q, std::uint32_t budget, std::array<bool, kLaneCount>& blocked) {
-    for (std::uint32_t s = table.front(q); s != kNil && budget > 0 && seqs_left > 0; s = table.at(s).next) {
+    // Once every lane this queue feeds is blocked nothing more can start, so
+    // the walk stops: a long waiting queue costs nothing per step.
+    const auto all_blocked = [&] {
+      return q == Queue::kResumeQueue ? blocked[kResumeLane] : blocked[kChatLane] && blocked[kReasoningLane];
+    };
+    for (std::uint32_t s = table.front(q); s != kNil && budget > 0 && seqs_left > 0 && !all_blocked();
+         s = table.at(s).next) {
       Slot& r = table.at(s);
       const Lane lane = lane_of(r);
       if (blocked[lane]) continue;
-      if (in_batch(r)) continue;  // a chunk already planned this step
+      if (in_batch(r) || r.stalled_step == step) continue;  // planned, or found never-fitting
       SlotCold& c = table.cold(s);
+      // Its prompt (and, for a victim, what it generated) plus the token it
+      // samples can never fit even alone: waiting would hold blocks forever.
+      if (never_fits_prefill(r)) {
+        r.stalled_step = step;
+        to_abort.push_back(s);
+        continue;
+      }
       std::uint32_t remaining = c.target - r.computed;
       std::uint32_t want = std::min(remaining, budget);
       std::uint32_t chunk = fit_chunk(r, want);
@@ -440,7 +467,8 @@ struct DualQueueScheduler::Impl {
         chunk = fit_chunk(r, want);
       }
       // Victims wait for blocks that finishing requests free; they never
-      // preempt to get back in (that is how preemption storms start).
+      // preempt to get back in (that is how preemption storms start). With
+      // nothing running, release_partial_prefills() ensures progress.
       if (chunk == 0) {  // FCFS within the lane: nobody in it overtakes
         r.stalled_step = step;
         blocked[lane] = true;
@@ -455,6 +483,58 @@ struct DualQueueScheduler::Impl {
       if (chunk < remaining) blocked[lane] = true;  // a partial chunk ends its lane's turn
     }
     return budget;
+  }
+
+  [[nodiscard]] bool never_fits_prefill(const Slot& r) const {
+    return std::uint64_t{blocks_for(std::uint64_t{table.cold(r).target} + 1)} > opt.total_kv_blocks;
+  }
+
+  // Progress guarantee when nothing runs and no prefill could move: partial
+  // prefills then hold the blocks each other needs (victims never preempt to
+  // get back in), and no finishing request will free any. The partial prefill
+  // furthest along keeps its blocks; the others are released as recompute
+  // victims, least progress first, until its whole remaining prompt fits, and
+  // its chunk runs. Each time this happens the furthest progress grows, so some
+  // prefill completes.
+  void release_partial_prefills() {
+    std::uint32_t keeper = kNil;
+    chosen.clear();
+    for (std::uint8_t q : {std::uint8_t{Queue::kWaitQueue}, std::uint8_t{Queue::kResumeQueue}}) {
+      for (std::uint32_t s = table.front(q); s != kNil; s = table.at(s).next) {
+        const Slot& r = table.at(s);
+        if (!table.cold(s).admitted || (r.stalled_step == step && never_fits_prefill(r))) continue;
+        chosen.push_back(s);
+        if (keeper == kNil || r.computed > table.at(keeper).computed ||
+            (r.computed == table.at(keeper).computed && table.older(s, keeper))) {
+          keeper = s;
+        }
+      }
+    }
+    if (keeper == kNil) return;
+    std::sort(chosen.begin(), chosen.end(), [&](std::uint32_t a, std::uint32_t b) {
+      const Slot& x = table.at(a);
+      const Slot& y = table.at(b);
+      return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
+    });
+    const Slot& k = table.at(keeper);
+    const std::uint32_t remaining = table.cold(keeper).target - k.computed;
+    const std::uint64_t need = new_blocks(k.computed, remaining);
+    const std::uint32_t cap = victims_left;  // these releases are outside the per-step cap
+    for (std::uint32_t s : chosen) {
+      if (free_blocks >= need) break;
+      if (s == keeper || held_blocks(table.at(s)) == 0) continue;
+      victims_left = 1;
+      preempt(s);
+      ++counters.livelock_releases;
+    }
+    victims_left = cap;
+    const std::uint32_t budget = std::min(std::max(plan.stats.prefill_budget_tokens, 1U), tokens_left);
+    const std::uint32_t chunk = seqs_left > 0 ? fit_chunk(k, std::min(remaining, budget)) : 0;
+    if (chunk == 0) return;
+    emit(keeper, WorkKind::kPrefill, chunk, new_blocks(k.computed, chunk),
+         new_think_blocks(k, k.computed, chunk), false, chunk == remaining);
+    ++plan.stats.prefill_requests;
+    plan.stats.prefill_tokens += chunk;
   }
 
   // At admission, like vLLM: a new request finds its prompt prefix, and a
@@ -622,6 +702,7 @@ struct DualQueueScheduler::Impl {
     // ones keeps it, and a prompt finishes in fewer steps (TTFT).
     const double slack_ms = recent_step_ms > 0 ? std::max(0.0, st.step_ceiling_ms - recent_step_ms) : 0.0;
     prefill(st.step_ceiling_ms + kPrefillSlackSteps * slack_ms);
+    if (plan.work.empty() && running_count == 0) release_partial_prefills();
     finalize();
     plan_pending = true;
     return plan;
@@ -632,8 +713,8 @@ struct DualQueueScheduler::Impl {
   // budget, or this one gap would pass kMaxGapBudgets budgets.
   [[nodiscard]] std::int64_t think_deadline(const Slot& r, const SlotCold& c) const {
     const auto by_mean =
-        c.first_token_ns + static_cast<std::int64_t>(think_budget_ns * static_cast<double>(r.generated));
-    const auto by_gap = c.last_token_ns + max_think_gap_ns;
+        clock_plus(c.first_token_ns, span_ns(think_budget_ns * static_cast<double>(r.generated)));
+    const auto by_gap = clock_plus(c.last_token_ns, max_think_gap_ns);
     return std::min(by_mean, by_gap);
   }
 
@@ -643,8 +724,12 @@ struct DualQueueScheduler::Impl {
     if (!model.observe(plan.stats.total_tokens, plan.stats.kv_tokens, observed_ms)) {
       ++counters.rejected_step_times;
     }
-    const double took =
-        std::isfinite(observed_ms) && observed_ms > 0 ? observed_ms : plan.stats.predicted_step_ms;
+    // Bounded as the cost model bounds it, so one absurd timing cannot make
+    // every think request due for the next dozens of steps.
+    const double predicted = plan.stats.predicted_step_ms;
+    const double took = std::isfinite(observed_ms) && observed_ms > 0
+                            ? std::min(observed_ms, predicted + StepCostModel::residual_bound_ms(predicted))
+                            : predicted;
     // Smoothed so one long step (a big prefill) does not make every think request due.
     recent_step_ms = recent_step_ms == 0 ? took : recent_step_ms + kStepEwmaAlpha * (took - recent_step_ms);
     for (std::size_t i = 0; i < plan.work.size(); ++i) {

@@ -1,9 +1,10 @@
 #include "meridian/step_cost_model.h"
 
 #include <cmath>
-#include <stdexcept>
 
 #include <fmt/format.h>
+
+#include "meridian/error.h"
 
 namespace meridian {
 namespace {
@@ -22,11 +23,11 @@ StepCostModel::StepCostModel(StepCostCoefficients initial, bool online, double f
     : online_(online), lambda_(forgetting_factor) {
   for (double c : {initial.base_ms, initial.per_token_ms, initial.per_kv_token_us}) {
     if (!std::isfinite(c) || c < 0.0) {
-      throw std::invalid_argument(fmt::format("step cost coefficients must be finite and >= 0; got {}", c));
+      throw InvalidArgument(fmt::format("step cost coefficients must be finite and >= 0; got {}", c));
     }
   }
   if (!(forgetting_factor > 0.0 && forgetting_factor <= 1.0)) {
-    throw std::invalid_argument(
+    throw InvalidArgument(
         fmt::format("scheduler.step_cost_forgetting_factor must be in (0, 1]; got {}", forgetting_factor));
   }
   theta_ = {initial.base_ms, initial.per_token_ms, initial.per_kv_token_us};
@@ -34,6 +35,7 @@ StepCostModel::StepCostModel(StepCostCoefficients initial, bool online, double f
 }
 
 StepCostModel StepCostModel::from_config(const SchedulerConfig& config) {
+  validate_or_throw(config);
   return StepCostModel(
       {config.step_cost_base_ms, config.step_cost_per_token_ms, config.step_cost_per_kv_token_us},
       config.step_cost_online, config.step_cost_forgetting_factor);
@@ -54,7 +56,14 @@ bool StepCostModel::observe(std::uint64_t tokens, std::uint64_t kv_tokens, doubl
   }
   double denom = lambda_;
   for (std::size_t i = 0; i < 3; ++i) denom += x[i] * px[i];
-  const double err = observed_ms - (theta_[0] + theta_[1] * x[1] + theta_[2] * x[2]);
+  // Clamped so one outlier moves the estimate a bounded amount (the bound
+  // scales with the prediction, so a real slowdown is still learned).
+  const double bound = residual_bound_ms(predict_ms(tokens, kv_tokens));
+  double err = observed_ms - (theta_[0] + theta_[1] * x[1] + theta_[2] * x[2]);
+  if (std::abs(err) > bound) {
+    err = std::copysign(bound, err);
+    ++clamped_;
+  }
   std::array<double, 3> k{};
   for (std::size_t i = 0; i < 3; ++i) k[i] = px[i] / denom;
   for (std::size_t i = 0; i < 3; ++i) theta_[i] += k[i] * err;
@@ -67,6 +76,7 @@ bool StepCostModel::observe(std::uint64_t tokens, std::uint64_t kv_tokens, doubl
   for (std::size_t i = 0; i < 3; ++i) {
     for (std::size_t j = i + 1; j < 3; ++j) p_[i][j] = p_[j][i] = 0.5 * (p_[i][j] + p_[j][i]);
   }
+  project_non_negative();
   for (std::size_t i = 0; i < 3; ++i) {
     if (p_[i][i] > kMaxVariance[i]) {
       const double scale = kMaxVariance[i] / p_[i][i];
@@ -77,6 +87,26 @@ bool StepCostModel::observe(std::uint64_t tokens, std::uint64_t kv_tokens, doubl
     }
   }
   return true;
+}
+
+// predict_ms() reads a negative coefficient as 0, and the scheduler relies on
+// a prediction monotone in both features; but with little excitation (steps
+// that barely vary) RLS lets a coefficient drift below 0, and once it did the
+// prediction left the data (seconds predicted for 200 ms steps). So the
+// estimate is kept in theta >= 0 by projecting in the metric of P (the
+// least-squares-consistent projection: better-known directions move less).
+void StepCostModel::project_non_negative() noexcept {
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::size_t i = 0; i < 3; ++i) {
+      if (theta_[i] >= 0.0) continue;
+      if (p_[i][i] > 0.0) {
+        const double step = theta_[i] / p_[i][i];
+        for (std::size_t j = 0; j < 3; ++j) theta_[j] -= p_[j][i] * step;
+      }
+      theta_[i] = 0.0;
+    }
+  }
+  for (double& t : theta_) t = non_negative(t);
 }
 
 StepCostCoefficients StepCostModel::coefficients() const noexcept {

@@ -1,6 +1,7 @@
 #include "meridian/entropy_probe.h"
 
 #include <cmath>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -67,7 +68,9 @@ double RpdiTracker::ratio() const noexcept {
   return global == 0.0 ? 0.0 : local_rate() / global;
 }
 
-ProbeSettings ProbeSettings::from(const MeridianConfig& config) noexcept {
+ProbeSettings ProbeSettings::from(const MeridianConfig& config) {
+  validate_or_throw(config.entropy);
+  validate_or_throw(config.scheduler);
   const EntropyConfig& e = config.entropy;
   ProbeSettings s;
   s.enabled = e.enabled;
@@ -84,8 +87,30 @@ ProbeSettings ProbeSettings::from(const MeridianConfig& config) noexcept {
   return s;
 }
 
+namespace {
+
+// A NaN alpha or threshold would silently disable a signal; say so instead.
+const ProbeSettings& checked(const ProbeSettings& s) {
+  if (!(s.ema_alpha > 0.0 && s.ema_alpha <= 1.0)) {
+    throw InvalidArgument(fmt::format("ProbeSettings.ema_alpha must be in (0, 1]; got {}", s.ema_alpha));
+  }
+  const std::pair<const char*, double> thresholds[] = {
+      {"eat_ema_variance_threshold", s.eat_ema_variance_threshold},
+      {"transition_entropy_threshold", s.transition_entropy_threshold},
+      {"rpdi_threshold", s.rpdi_threshold},
+  };
+  for (const auto& [name, value] : thresholds) {
+    if (!std::isfinite(value)) {
+      throw InvalidArgument(fmt::format("ProbeSettings.{} must be finite; got {}", name, value));
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
 EntropyProbe::EntropyProbe(const ProbeSettings& settings)
-    : settings_(settings),
+    : settings_(checked(settings)),
       eat_(settings.ema_alpha),
       rpdi_(settings.transition_entropy_threshold, settings.rpdi_window_tokens) {}
 
@@ -108,8 +133,8 @@ std::optional<ForceReason> EntropyProbe::due_reason(std::uint64_t think_tokens) 
 
 EntropySignal EntropyProbe::observe(const ThinkTokenObservation& token) {
   if (token.think_tokens < last_think_tokens_) {
-    throw Error(fmt::format("entropy probe: think_tokens went back from {} to {}", last_think_tokens_,
-                            token.think_tokens));
+    throw InvalidArgument(fmt::format("entropy probe: think_tokens went back from {} to {}",
+                                      last_think_tokens_, token.think_tokens));
   }
   last_think_tokens_ = token.think_tokens;
   EntropySignal signal;
@@ -126,7 +151,7 @@ EntropySignal EntropyProbe::observe(const ThinkTokenObservation& token) {
     }
     if (token.eat) {
       if (source_ && *source_ != token.eat->source) {
-        throw Error(
+        throw InvalidArgument(
             fmt::format("entropy probe: EAT source changed from {} to {} at think token {}; one request "
                         "uses one source",
                         to_string(*source_), to_string(token.eat->source), token.think_tokens));

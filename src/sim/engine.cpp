@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <queue>
 #include <stdexcept>
@@ -39,7 +40,7 @@ float ms_between(std::int64_t from_ns, std::int64_t to_ns) {
 struct Live {
   const RequestSpec* spec = nullptr;
   RequestSignals signals;
-  std::optional<EntropyProbe> probe;
+  std::unique_ptr<EntropyProbe> probe;  // while thinking under forcing (a pointer: Live is per request)
   std::int64_t arrival_ns = -1;
   std::int64_t first_token_ns = -1;
   std::int64_t think_end_ns = -1;
@@ -124,16 +125,17 @@ class Engine {
     }
     probe_settings_ = ProbeSettings::from(o.config);
     forcing_ = o.policy == PolicyKind::kMeridian && probe_settings_.enabled;
+    total_blocks_ = kv_.usage().total_blocks;
+    max_in_flight_ = std::uint64_t{e.max_num_seqs} + kMaxWaitingRequests;
+    const auto max_ns = static_cast<std::int64_t>(e.max_sim_time_s * kNsPerS);
     live_.resize(w_.requests.size() + 1);
     next_turn_.assign(w_.requests.size() + 1, 0);
     for (const RequestSpec& r : w_.requests) {
-      if (r.id != static_cast<RequestId>(&r - w_.requests.data()) + 1) {
-        throw std::invalid_argument(fmt::format("workload request {} is out of order", r.id));
-      }
+      check_request(r, static_cast<RequestId>(&r - w_.requests.data()) + 1);
       if (r.after == 0) {
         const auto at_ns = static_cast<std::int64_t>(std::llround(r.arrival_s * kNsPerS));
         arrivals_.push({at_ns, r.id});
-        arrival_window_end_ns_ = std::max(arrival_window_end_ns_, at_ns);
+        arrival_window_end_ns_ = std::max(arrival_window_end_ns_, std::min(at_ns, max_ns));
       } else {
         next_turn_[r.after] = r.id;
       }
@@ -179,7 +181,8 @@ class Engine {
       emit_tokens(step);
       sample_series(step, interval_ns);
       if (o_.progress && (steps_ & 1023U) == 0) {
-        o_.progress(static_cast<double>(finished_ + aborted_) / static_cast<double>(w_.requests.size()));
+        o_.progress(static_cast<double>(finished_ + aborted_ + rejected_) /
+                    static_cast<double>(w_.requests.size()));
       }
     }
     wall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
@@ -188,6 +191,31 @@ class Engine {
   }
 
  private:
+  // What the engine's arithmetic relies on: ids 1..N in order, follow-ups
+  // after an earlier turn, sizes >= 1, times that convert to nanoseconds.
+  static void check_request(const RequestSpec& r, RequestId expected_id) {
+    if (r.id != expected_id) throw InvalidArgument(fmt::format("workload request {} is out of order", r.id));
+    if (r.after >= r.id) {
+      throw InvalidArgument(
+          fmt::format("workload request {}: after ({}) must name an earlier request", r.id, r.after));
+    }
+    if (r.prompt_tokens == 0 || r.answer_tokens == 0) {
+      throw InvalidArgument(
+          fmt::format("workload request {}: prompt_tokens and answer_tokens must be >= 1", r.id));
+    }
+    const double t = r.after == 0 ? r.arrival_s : r.delay_s;
+    if (!(t >= 0 && t <= kMaxEventTimeS)) {
+      throw InvalidArgument(fmt::format("workload request {}: {} must be in [0, {:g}] s; got {:g}", r.id,
+                                        r.after == 0 ? "arrival_s" : "delay_s", kMaxEventTimeS, t));
+    }
+  }
+
+  // A request whose prompt and first generated token need more blocks than
+  // the whole KV pool can never run, whatever the policy does.
+  [[nodiscard]] bool never_fits(const RequestSpec& spec) const {
+    return std::uint64_t{pool_.blocks_for(spec.prompt_tokens)} + 1 > total_blocks_;
+  }
+
   [[nodiscard]] KvBlockManagerOptions kv_options() const {
     KvBlockManagerOptions k;
     k.num_blocks = cost_.kv_capacity_blocks(block_tokens_);
@@ -208,7 +236,8 @@ class Engine {
   [[nodiscard]] std::uint64_t block_hash(RequestId id, std::uint32_t index) const {
     const RequestSpec& r = w_.requests[id - 1];
     if (r.conversation > 0) {
-      const std::uint64_t transcript = r.prompt_tokens + (r.reasoning() ? 0U : r.answer_tokens);
+      const std::uint64_t transcript =
+          std::uint64_t{r.prompt_tokens} + (r.reasoning() ? 0U : r.answer_tokens);
       if ((std::uint64_t{index} + 1) * block_tokens_ <= transcript) {
         return mix64(mix64(r.conversation * 0x9e3779b97f4a7c15ULL + 1) ^ index);
       }
@@ -224,6 +253,15 @@ class Engine {
       Live& r = live_[a.id];
       r.spec = &spec;
       r.arrival_ns = a.at_ns;
+      ++arrived_;
+      // Turned away at the door: counted, never scheduled, no follow-up turns.
+      const bool fits = !never_fits(spec);
+      if (!fits || active_ >= max_in_flight_) {
+        ++(fits ? rejected_ : aborted_);
+        r.done = true;
+        miss_slo(r);
+        continue;
+      }
       const bool reasoning = spec.reasoning();
       RequestOptions ro;
       ro.thinking_disabled = !reasoning;
@@ -233,14 +271,13 @@ class Engine {
       r.in_think = phase == Phase::kThinkDecode || phase == Phase::kPrefill;
       if (reasoning) {
         r.signals = signals_.plan(spec);
-        if (forcing_) r.probe.emplace(probe_settings_);
+        if (forcing_) r.probe = std::make_unique<EntropyProbe>(probe_settings_);
       }
       std::uint32_t cached = 0;
       if (policy_->looks_up_prefix_at_arrival()) cached = pool_.attach_prefix(a.id, spec.prompt_tokens, true);
       policy_->add({a.id, r.in_think ? Phase::kThinkDecode : Phase::kOutputDecode, spec.prompt_tokens, cached,
                     a.at_ns},
                    spec.priority);
-      ++arrived_;
       ++active_;
     }
   }
@@ -497,6 +534,9 @@ class Engine {
   std::uint64_t active_ = 0;
   std::uint64_t finished_ = 0;
   std::uint64_t aborted_ = 0;
+  std::uint64_t rejected_ = 0;       // arrived while the engine held max_in_flight_ requests
+  std::uint64_t total_blocks_ = 0;   // KV pool size
+  std::uint64_t max_in_flight_ = 0;  // max_num_seqs + kMaxWaitingRequests
   std::uint64_t reasoning_done_ = 0;
   std::uint64_t simulated_tokens_ = 0;
   std::uint64_t prefill_tokens_ = 0;
@@ -562,6 +602,7 @@ ReplayResult Engine::summarize() {
   put("arrived", static_cast<double>(arrived_));
   put("completed", static_cast<double>(finished_));
   put("aborted", static_cast<double>(aborted_));
+  put("rejected", static_cast<double>(rejected_));
   put("unfinished", static_cast<double>(active_));
   put("never_arrived", static_cast<double>(w_.requests.size() - arrived_));
   put("stopped_early", stopped_early_ ? 1 : 0);
@@ -669,7 +710,7 @@ double ReplayResult::metric(std::string_view name) const {
   for (const auto& [k, v] : metrics) {
     if (k == name) return v;
   }
-  throw std::out_of_range(fmt::format("replay result has no metric \"{}\"", name));
+  throw NotFound(fmt::format("replay result has no metric \"{}\"", name));
 }
 
 }  // namespace meridian::sim

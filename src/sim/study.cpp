@@ -8,16 +8,34 @@
 #include <cmath>
 #include <exception>
 #include <limits>
-#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "meridian/replay_study.h"
+#include "sync/mutex.h"
 
 namespace meridian::sim {
 namespace {
+
+// The first exception any worker threw.
+class FirstError {
+ public:
+  void record(std::exception_ptr error) {
+    const sync::Lock lock(mu_);
+    if (!error_) error_ = std::move(error);
+  }
+  void rethrow() {
+    const sync::Lock lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  sync::Mutex mu_;
+  std::exception_ptr error_ ABSL_GUARDED_BY(mu_);
+};
 
 // Runs fn(i) for i in [0, count) on `threads` workers; rethrows the first exception.
 template <typename Fn>
@@ -25,15 +43,13 @@ void parallel_for(std::size_t count, unsigned threads, Fn&& fn) {
   if (threads == 0) threads = std::max(1U, std::thread::hardware_concurrency());
   threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(count, 1)));
   std::atomic<std::size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
+  FirstError error;
   auto worker = [&] {
     for (std::size_t i = next++; i < count; i = next++) {
       try {
         fn(i);
       } catch (...) {
-        const std::lock_guard lock(error_mutex);
-        if (!error) error = std::current_exception();
+        error.record(std::current_exception());
         next = count;  // stop handing out work
       }
     }
@@ -43,7 +59,7 @@ void parallel_for(std::size_t count, unsigned threads, Fn&& fn) {
   for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (std::thread& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+  error.rethrow();
 }
 
 // Serialised progress reporting from worker threads.
@@ -52,7 +68,7 @@ class Progress {
   Progress(const std::function<void(double)>& fn, std::size_t total) : fn_(fn), total_(total) {}
   void tick() {
     if (!fn_) return;
-    const std::lock_guard lock(mutex_);
+    const sync::Lock lock(mutex_);
     ++done_;
     fn_(total_ == 0 ? 1.0 : std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_)));
   }
@@ -60,8 +76,8 @@ class Progress {
  private:
   const std::function<void(double)>& fn_;
   std::size_t total_;
-  std::size_t done_ = 0;
-  std::mutex mutex_;
+  sync::Mutex mutex_;
+  std::size_t done_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
 // One workload per seed (the trace, when there is one), made in parallel and
@@ -83,6 +99,20 @@ ReplayOptions replay_options(const StudyOptions& o, PolicyKind policy, const Rep
   ro.params = params;
   ro.seed = seed;
   return ro;
+}
+
+// Only the first seed's samples, series and outcomes make it into a report
+// (report.json's CDFs and time series); the other seeds keep their metrics,
+// so a study's memory does not grow with its seeds x per-token samples.
+void drop_samples(ReplayResult& r) {
+  r.series = {};
+  r.ttft_ms = {};
+  r.ttot_ms = {};
+  r.ttfv_ms = {};
+  r.output_itl_ms = {};
+  r.think_tpot_ms = {};
+  r.e2e_ms = {};
+  r.outcomes = {};
 }
 
 double elapsed_s(std::chrono::steady_clock::time_point since) {
@@ -138,7 +168,9 @@ std::vector<PolicyRuns> run_seeds(const std::vector<PolicyKind>& policies, const
   parallel_for(policies.size() * seeds, o.threads, [&](std::size_t i) {
     const std::size_t p = i / seeds;
     const std::size_t s = i % seeds;
-    out[p].seeds[s] = run_replay(workloads[s], replay_options(o, policies[p], o.params, o.seeds[s]));
+    ReplayResult r = run_replay(workloads[s], replay_options(o, policies[p], o.params, o.seeds[s]));
+    if (s > 0) drop_samples(r);
+    out[p].seeds[s] = std::move(r);
     progress.tick();
   });
   return out;
@@ -226,12 +258,11 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
                            const GoodputOptions& search) {
   validate(o.params);
   if (o.trace) {
-    throw std::invalid_argument(
-        "the goodput search varies the synthetic arrival rate; it cannot use a trace");
+    throw InvalidArgument("the goodput search varies the synthetic arrival rate; it cannot use a trace");
   }
   if (search.grid.empty() || !std::is_sorted(search.grid.begin(), search.grid.end()) ||
       search.grid.front() <= 0 || !(search.rel_tolerance > 0)) {
-    throw std::invalid_argument("goodput search: the grid must be ascending and positive, the tolerance > 0");
+    throw InvalidArgument("goodput search: the grid must be ascending and positive, the tolerance > 0");
   }
   const auto start = std::chrono::steady_clock::now();
   GoodputResult out;

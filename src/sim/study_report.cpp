@@ -52,7 +52,7 @@ const MetricInfo& info_of(std::string_view name) {
   for (const MetricInfo& m : metric_catalog()) {
     if (m.name == name) return m;
   }
-  throw std::out_of_range(fmt::format("no metric \"{}\"", name));
+  throw NotFound(fmt::format("no metric \"{}\"", name));
 }
 
 // Only Meridian has ThinkComplete / ThinkActive tiers; a baseline's value is not a measurement.

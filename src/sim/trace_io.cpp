@@ -39,16 +39,23 @@ class LineReader {
       return fallback;
     }
     if (!it->is_number_integer()) fail(field, fmt::format("must be an integer; got {}", it->dump()));
-    const auto v = it->template get<std::int64_t>();
-    const bool too_big =
-        v > 0 && static_cast<std::uint64_t>(v) > static_cast<std::uint64_t>(std::numeric_limits<T>::max());
-    if (v < static_cast<std::int64_t>(min) || too_big) {
-      fail(field, fmt::format("must be in [{}, {}]; got {}", min, std::numeric_limits<T>::max(), v));
+    const auto out_of_range = [&](auto got) {
+      fail(field, fmt::format("must be in [{}, {}]; got {}", min, std::numeric_limits<T>::max(), got));
+    };
+    // Non-negative values are read unsigned: as int64 those above 2^63 - 1 would wrap negative.
+    if (it->is_number_unsigned()) {
+      const auto u = it->template get<std::uint64_t>();
+      const bool below = min > 0 && u < static_cast<std::uint64_t>(min);
+      if (below || u > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) out_of_range(u);
+      return static_cast<T>(u);
     }
+    const auto v = it->template get<std::int64_t>();
+    if (v < static_cast<std::int64_t>(min)) out_of_range(v);
     return static_cast<T>(v);
   }
 
-  double number(std::string_view field, bool required) const {
+  // A time in seconds: finite, in [0, kMaxEventTimeS] (it becomes an int64 nanosecond count).
+  double seconds(std::string_view field, bool required) const {
     const auto it = obj_.find(field);
     if (it == obj_.end()) {
       if (required) fail(field, "is required");
@@ -56,8 +63,9 @@ class LineReader {
     }
     if (!it->is_number()) fail(field, fmt::format("must be a number; got {}", it->dump()));
     const auto v = it->get<double>();
-    if (!std::isfinite(v) || v < 0) {
-      fail(field, fmt::format("must be a finite number >= 0; got {}", it->dump()));
+    if (!std::isfinite(v) || v < 0 || v > kMaxEventTimeS) {
+      fail(field, fmt::format("must be a finite number of seconds in [0, {:g}]; got {}", kMaxEventTimeS,
+                              it->dump()));
     }
     return v;
   }
@@ -85,6 +93,9 @@ Workload read_trace(std::istream& in, std::string_view source_name) {
     } catch (const json::parse_error& e) {
       throw TraceError(
           fmt::format("{}:{}: not valid JSON (byte {}): {}", source_name, line, e.byte, e.what()));
+    } catch (const json::exception& e) {
+      // A number too large for a double (out_of_range.406) is not a parse_error.
+      throw TraceError(fmt::format("{}:{}: not valid JSON: {}", source_name, line, e.what()));
     }
     if (!obj.is_object()) {
       throw TraceError(
@@ -107,9 +118,9 @@ Workload read_trace(std::istream& in, std::string_view source_name) {
     s.conversation = r.integer<std::uint64_t>("conversation", 0, false);
     s.turn = r.integer<std::uint32_t>("turn", 0, false);
     s.after = r.integer<std::uint64_t>("after", 0, false);
-    s.delay_s = r.number("delay_s", false);
+    s.delay_s = r.seconds("delay_s", false);
     if (s.after == 0) {
-      s.arrival_s = r.number("arrival_s", true);
+      s.arrival_s = r.seconds("arrival_s", true);
     } else if (s.after >= s.id) {
       r.fail("after", fmt::format("must name an earlier line's request (1..{}); got {}", s.id - 1, s.after));
     }
@@ -118,6 +129,11 @@ Workload read_trace(std::istream& in, std::string_view source_name) {
     }
     if (s.after > 0 && s.conversation == 0) r.fail("conversation", "is required (> 0) for a follow-up turn");
     w.requests.push_back(s);
+  }
+  // A failed read ends getline() like the end of the file would; without this
+  // a trace that cannot be read (a directory, EIO) was cut short silently.
+  if (in.bad()) {
+    throw TraceError(fmt::format("{}: reading the trace failed after line {}", source_name, line));
   }
   if (w.requests.empty()) throw TraceError(fmt::format("{}: the trace holds no requests", source_name));
   return w;

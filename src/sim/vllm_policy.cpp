@@ -8,7 +8,10 @@
 //    front of the waiting queue with nothing computed; stop if it was itself;
 //  * then, only if nothing was preempted this step, admit waiting requests in
 //    queue order (fcfs: FIFO, priority: (priority, arrival)) while the budget,
-//    max_num_seqs and KV allow; a request that does not fit blocks the queue.
+//    max_num_seqs and KV allow; a request that does not fit blocks the queue;
+//  * a request that has grown past the whole KV pool is aborted (vLLM caps a
+//    request at max_model_len, which its KV must hold; without the cap it
+//    would preempt itself and recompute forever).
 // Nothing is phase-aware: one LRU tier for every block, no forcing.
 #include <algorithm>
 #include <deque>
@@ -23,7 +26,8 @@ namespace {
 
 class VllmPolicy final : public SchedulingPolicy {
  public:
-  VllmPolicy(const VllmPolicyOptions& options, KvPool& pool) : opt_(options), pool_(pool) {}
+  VllmPolicy(const VllmPolicyOptions& options, KvPool& pool)
+      : opt_(options), pool_(pool), total_blocks_(pool.kv().usage().total_blocks) {}
 
   void add(const NewRequest& request, std::int32_t priority) override {
     if (request.id >= reqs_.size()) reqs_.resize(request.id + 1);
@@ -56,12 +60,17 @@ class VllmPolicy final : public SchedulingPolicy {
   const EngineStep& plan(std::int64_t /*now_ns*/) override {
     step_.items.clear();
     step_.preempted.clear();
+    step_.aborted.clear();
     std::uint32_t budget = opt_.max_num_batched_tokens;
     bool preempted_any = false;
     for (std::size_t i = 0; i < running_.size() && budget > 0;) {
       const RequestId id = running_[i];
       Req& r = reqs_[id];
       const std::uint32_t n = std::min(r.tokens() - r.computed, budget);
+      if (pool_.blocks_for(std::uint64_t{r.computed} + n) > total_blocks_) {
+        abort(id, i);  // the engine releases its KV
+        continue;
+      }
       const std::uint32_t need = pool_.blocks_for(std::uint64_t{r.computed} + n) - pool_.held(id);
       bool scheduled = true;
       while (!pool_.allocate(id, BlockTier::kOutputCritical, need)) {
@@ -159,6 +168,15 @@ class VllmPolicy final : public SchedulingPolicy {
     return 0;
   }
 
+  // Ends running_[index], which can never fit; the engine releases its KV.
+  void abort(RequestId id, std::size_t index) {
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+    Req& r = reqs_[id];
+    r.live = false;
+    r.running = false;
+    step_.aborted.push_back(id);
+  }
+
   void preempt(RequestId id) {
     Req& r = reqs_[id];
     const std::uint32_t blocks = pool_.held(id);
@@ -205,6 +223,7 @@ class VllmPolicy final : public SchedulingPolicy {
 
   VllmPolicyOptions opt_;
   KvPool& pool_;
+  std::uint64_t total_blocks_;
   std::vector<Req> reqs_;  // indexed by request id
   std::vector<RequestId> running_;
   std::deque<RequestId> waiting_fifo_;

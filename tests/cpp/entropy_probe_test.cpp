@@ -131,14 +131,15 @@ TEST(EntropyProbe, ForcingIsHeldWhileAToolCallIsOpen) {
 TEST(EntropyProbe, SourcesDoNotMixAndBadValuesAreDroppedAndCounted) {
   EntropyProbe probe(small_settings());
   probe.observe({.think_tokens = 4, .eat = EatSample{1.0, EatSource::kInStepProxy}});
-  EXPECT_THROW(probe.observe({.think_tokens = 8, .eat = EatSample{1.0, EatSource::kProbePass}}), Error);
+  EXPECT_THROW(probe.observe({.think_tokens = 8, .eat = EatSample{1.0, EatSource::kProbePass}}),
+               InvalidArgument);
   probe.observe({.think_tokens = 9,
                  .token_entropy = std::numeric_limits<double>::quiet_NaN(),
                  .eat = EatSample{std::numeric_limits<double>::infinity(), EatSource::kInStepProxy}});
   EXPECT_EQ(probe.counters().invalid_samples, 2U);
   EXPECT_EQ(probe.eat().samples(), 1U);
   EXPECT_EQ(probe.rpdi().samples(), 0U);
-  EXPECT_THROW(probe.observe({.think_tokens = 3}), Error);  // think tokens never go back
+  EXPECT_THROW(probe.observe({.think_tokens = 3}), InvalidArgument);  // think tokens never go back
 }
 
 TEST(EntropyProbe, SamplesFromRowStats) {

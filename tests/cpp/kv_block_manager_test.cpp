@@ -22,11 +22,11 @@ std::vector<std::uint64_t> hashes(std::uint64_t base, std::size_t n) {
 }
 
 TEST(KvBlockManager, RejectsBadOptions) {
-  EXPECT_THROW(KvBlockManager(options(0)), std::invalid_argument);
+  EXPECT_THROW(KvBlockManager(options(0)), InvalidArgument);
   try {
     KvBlockManager m(options(8, 1.0));
     FAIL();
-  } catch (const std::invalid_argument& e) {
+  } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("kv_memory.think_phase_memory_fraction"), std::string::npos);
   }
 }

@@ -95,5 +95,28 @@ TEST(Presets, MalformedTokenizerJsonNamesThePointer) {
               ::testing::ThrowsMessage<TokenizerError>(HasSubstr("tok.json: not valid JSON at byte")));
 }
 
+// Fuzzing findings (fuzz/regressions/fuzz_tokenizer_vocab): a number too large
+// for a double and a non-boolean flag escaped as nlohmann exceptions.
+TEST(Presets, EveryMalformedTokenizerJsonIsATokenizerError) {
+  EXPECT_THAT(
+      [] {
+        (void)TokenizerVocab::from_json(R"({"added_tokens": [{"id": 1e400, "content": "a"}]})", "tok.json");
+      },
+      ::testing::ThrowsMessage<TokenizerError>(HasSubstr("tok.json: not valid JSON")));
+  EXPECT_THAT(
+      [] {
+        (void)TokenizerVocab::from_json(R"({"added_tokens": [{"id": 1, "content": "a", "special": 1}]})");
+      },
+      ::testing::ThrowsMessage<TokenizerError>(
+          HasSubstr("/added_tokens/0/special must be true or false; got 1")));
+  EXPECT_THAT(
+      [] {
+        (void)TokenizerVocab::from_json(
+            R"({"added_tokens": [{"id": 1, "content": "a", "normalized": null}]})");
+      },
+      ::testing::ThrowsMessage<TokenizerError>(
+          HasSubstr("/added_tokens/0/normalized must be true or false")));
+}
+
 }  // namespace
 }  // namespace meridian

@@ -1,7 +1,11 @@
 // Replay inputs: the replay TOML, JSONL traces, workload generators and the
 // signal model; bad input names the file, line and field.
+#include <filesystem>
 #include <sstream>
+#include <string>
+#include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "meridian/replay.h"
@@ -41,10 +45,17 @@ TEST(ReplayParams, EveryMistakeIsNamedByDottedPath) {
         "[workload]\nkind = 3\n[workload.thinking]\nmedian = 1\n",
         "replay.toml");
   });
-  EXPECT_NE(msg.find("engine.max_num_seqs must be an integer"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("engine.bogus is not a known field"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("workload.kind must be a string"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("workload.thinking is not a known section"), std::string::npos) << msg;
+  // The same reader and wording as meridian.toml (config/toml_fields.h).
+  EXPECT_NE(msg.find("engine.max_num_seqs must be >= 0; got -1 (at replay.toml:2:16)"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("engine.bogus is not a known key of [engine] (known: max_num_batched_tokens"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("workload.kind must be a string; got integer 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("workload.thinking is not a known key of [workload]; did you mean 'think'?"),
+            std::string::npos)
+      << msg;
+  EXPECT_LT(msg.find("engine.max_num_seqs"), msg.find("engine.bogus")) << "file order";
   EXPECT_NE(msg.find("replay.toml:2"), std::string::npos) << msg;
   const std::string range =
       error_of([] { (void)parse_replay_params("[cost_model]\nbandwidth_efficiency = 1.5\n"); });
@@ -56,6 +67,118 @@ TEST(ReplayParams, EveryMistakeIsNamedByDottedPath) {
       << dist;
   const std::string syntax = error_of([] { (void)parse_replay_params("[engine\n", "x.toml"); });
   EXPECT_NE(syntax.find("TOML syntax error"), std::string::npos) << syntax;
+}
+
+// ---- hardening (issue 15): values that passed validation but hung the engine,
+// blew up its memory or made an undefined float -> integer cast.
+
+std::vector<ConfigIssue> replay_issues(const std::string& toml) {
+  try {
+    (void)parse_replay_params(toml, "r.toml");
+  } catch (const ConfigError& e) {
+    return e.issues();
+  }
+  return {};
+}
+
+TEST(ReplayParams, SeriesIntervalAndSimTimeKeepTheRunBounded) {
+  // 1e-9: 15 GB of samples in 60 s; 1e-10: a 0 ns interval, an endless loop;
+  // 1e300 and inf: undefined casts to int64 nanoseconds (inf ran nothing).
+  const struct {
+    const char* toml;
+    const char* message;
+  } cases[] = {
+      {"[engine]\nseries_interval_s = 1e-9\n",
+       "engine.series_interval_s must be in [0.001, 2592000]; got 1e-09"},
+      {"[engine]\nseries_interval_s = 1e-10\n",
+       "engine.series_interval_s must be in [0.001, 2592000]; got 1e-10"},
+      {"[engine]\nseries_interval_s = 1e300\n",
+       "engine.series_interval_s must be in [0.001, 2592000]; got 1e+300"},
+      {"[engine]\nmax_sim_time_s = inf\n",
+       "engine.max_sim_time_s must be a finite number in (0, 2592000]; got inf"},
+      {"[engine]\nmax_sim_time_s = 1e300\n", "engine.max_sim_time_s must be in (0, 2592000]; got 1e+300"},
+      {"[engine]\nseries_interval_s = 0.01\n",
+       "engine.series_interval_s must be >= engine.max_sim_time_s / 1000000 (0.0864), so the time series "
+       "holds "
+       "at most 1000000 samples; got 0.01"},
+      {"[engine]\nmax_sim_time_s = 100\nseries_interval_s = 200\n",
+       "engine.series_interval_s must be <= engine.max_sim_time_s (100.0); got 200.0"},
+  };
+  for (const auto& c : cases) {
+    const auto issues = replay_issues(c.toml);
+    ASSERT_EQ(issues.size(), 1U) << c.toml;
+    EXPECT_EQ(issues[0].message, c.message);
+  }
+  EXPECT_NO_THROW((void)parse_replay_params("[engine]\nmax_sim_time_s = 1000\nseries_interval_s = 0.001\n"));
+}
+
+TEST(ReplayParams, EveryNumberMustBeFiniteAndBounded) {
+  // Every numeric field of the printed defaults, set to inf, nan and (but the SLOs) 1e300.
+  std::istringstream doc(to_toml(ReplayParams{}));
+  std::string line;
+  std::string table;
+  int numbers = 0;
+  while (std::getline(doc, line)) {
+    if (line.starts_with("[")) {
+      table = line;
+      continue;
+    }
+    const auto eq = line.find(" = ");
+    if (eq == std::string::npos || line[eq + 3] == '"') continue;
+    const std::string key = line.substr(0, eq);
+    const std::string path = table.substr(1, table.size() - 2) + "." + key;
+    ++numbers;
+    for (const char* bad : {"inf", "-inf", "nan", "1e300"}) {
+      // SLO bounds are only compared with, never converted: any finite value is fine.
+      if (path.starts_with("slo.") && std::string_view(bad) == "1e300") continue;
+      const auto issues = replay_issues(fmt::format("{}\n{} = {}\n", table, key, bad));
+      ASSERT_FALSE(issues.empty()) << path << " = " << bad << " was accepted";
+      EXPECT_EQ(issues[0].path, path) << bad << ": " << issues[0].message;
+    }
+  }
+  EXPECT_GE(numbers, 60);
+}
+
+TEST(ReplayParams, ArrivalRateIsBoundedByTheRequestsItWouldGenerate) {
+  // --arrival-rate 1e6 generated 6e8 requests: gigabytes before any progress.
+  ReplayParams p;
+  p.workload.arrival_rate = 1e6;
+  try {
+    validate(p);
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.issues().size(), 1U);
+    EXPECT_EQ(e.issues()[0].path, "workload.arrival_rate");
+  }
+  p.workload.arrival_rate = 1000;  // 1.2 M expected requests: allowed
+  EXPECT_NO_THROW(validate(p));
+  p.workload.arrival_rate = 1e6;
+  p.workload.duration_s = 1;
+  EXPECT_THROW(validate(p), ConfigError);  // above the 10 000 /s field bound
+}
+
+TEST(ReplayParams, CostModelCannotMakeHugeCachesOrEndlessSteps) {
+  EXPECT_EQ(replay_issues("[cost_model]\ngpu_memory_gib = 60000\n").at(0).path, "cost_model.gpu_memory_gib");
+  EXPECT_EQ(replay_issues("[cost_model]\nbandwidth_efficiency = 1e-300\n").at(0).path, "cost_model");
+  // Per-token KV size stays a small 64-bit product.
+  EXPECT_EQ(replay_issues("[cost_model]\nlayers = 4294967295\n").at(0).path, "cost_model.layers");
+}
+
+TEST(ReplayParams, AFileThatCannotBeReadIsAnError) {
+  const auto dir = std::filesystem::temp_directory_path();
+  try {
+    (void)load_replay_params(dir);
+    FAIL() << "a directory was read as the defaults";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("it is a directory"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)load_replay_params("/nonexistent/replay.toml"), ConfigError);
+}
+
+TEST(ReplayParams, RenamedFieldsPointAtTheNewName) {
+  EXPECT_EQ(replay_issues("[cost_model]\ngpu_memory_gb = 80\n").at(0).message,
+            "cost_model.gpu_memory_gb was renamed to cost_model.gpu_memory_gib (GiB, as CUDA reports device "
+            "memory)");
 }
 
 TEST(Trace, ReadsWritesAndReadsBack) {
@@ -99,6 +222,42 @@ TEST(Trace, BadLinesNameFileLineAndField) {
                 "\"answer_at\": 9}\n"),
             "t.jsonl:1: answer_at: must be <= think_tokens (5); got 9");
   EXPECT_EQ(err("# nothing\n"), "t.jsonl: the trace holds no requests");
+}
+
+// Fuzzing findings (fuzz/regressions/fuzz_trace): a number too large for a
+// double escaped as an nlohmann exception; integers above 2^63 - 1 were read
+// as negative int64 ("got -1" for 18446744073709551615, a valid conversation id rejected).
+TEST(Trace, NumbersBeyondTheirTypeAreTraceErrorsThatShowTheValue) {
+  const auto read = [](const std::string& text) {
+    std::istringstream in(text);
+    return read_trace(in, "t.jsonl");
+  };
+  EXPECT_THROW((void)read("{\"arrival_s\": 1e400, \"prompt_tokens\": 1, \"answer_tokens\": 1}\n"),
+               TraceError);
+  EXPECT_NE(error_of([&] {
+              (void)read("{\"arrival_s\": 1e400, \"prompt_tokens\": 1, \"answer_tokens\": 1}\n");
+            }).find("t.jsonl:1: not valid JSON"),
+            std::string::npos);
+  EXPECT_EQ(
+      error_of([&] {
+        (void)read("{\"arrival_s\": 0, \"prompt_tokens\": 18446744073709551615, \"answer_tokens\": 1}\n");
+      }),
+      "t.jsonl:1: prompt_tokens: must be in [1, 4294967295]; got 18446744073709551615");
+  const Workload w = read(
+      "{\"arrival_s\": 0, \"prompt_tokens\": 1, \"answer_tokens\": 1, \"conversation\": "
+      "18446744073709551615}\n");
+  EXPECT_EQ(w.requests.at(0).conversation, 18446744073709551615ULL);
+}
+
+TEST(Trace, AFileThatCannotBeReadIsAnError) {
+  // Was "holds no requests" for a directory, and a silently cut-short trace for a read error.
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  EXPECT_NE(error_of([&] { (void)load_trace(dir); }).find(dir + ": reading the trace failed after line 0"),
+            std::string::npos);
+  if (std::filesystem::exists("/proc/self/mem")) {
+    EXPECT_NE(error_of([] { (void)load_trace("/proc/self/mem"); }).find("reading the trace failed"),
+              std::string::npos);
+  }
 }
 
 TEST(Trace, ShippedExampleTraceLoads) {

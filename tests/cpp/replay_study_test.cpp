@@ -70,6 +70,7 @@ TEST(SloAttainment, ComputedByHandOnASmallTrace) {
   EXPECT_NEAR(r.metric("slo_attainment_pct"), 100.0 * 2 / 3, 1e-9);
   EXPECT_NEAR(r.metric("slo_attainment_chat_pct"), 50.0, 1e-9);
   EXPECT_NEAR(r.metric("slo_attainment_reasoning_pct"), 100.0, 1e-9);
+  EXPECT_THROW((void)r.metric("no_such_metric"), NotFound);  // a lookup, not std::out_of_range
 
   // A think TPOT bound below C's decode step: C now misses on its reasoning alone.
   o.params.slo.think_tpot_ms = 0.5 * cr.think_tpot_ms;

@@ -3,6 +3,8 @@
 #include "meridian/replay.h"
 
 #include <cmath>
+#include <sstream>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -135,12 +137,24 @@ TEST(Replay, SameSeedGivesIdenticalReports) {
             deterministic(run(PolicyKind::kMeridian, w3, params)));
 }
 
+// Every request of the workload is in exactly one bucket of the report.
 void expect_conserved(const ReplayResult& r, const Workload& w) {
   const std::string name(to_string(r.policy));
   EXPECT_EQ(r.metric("requests"), static_cast<double>(w.requests.size())) << name;
   EXPECT_EQ(r.metric("arrived") + r.metric("never_arrived"), r.metric("requests")) << name;
-  EXPECT_EQ(r.metric("completed") + r.metric("aborted") + r.metric("unfinished"), r.metric("arrived"))
+  EXPECT_EQ(r.metric("completed") + r.metric("aborted") + r.metric("rejected") + r.metric("unfinished"),
+            r.metric("arrived"))
       << name;
+  ASSERT_EQ(r.outcomes.size(), w.requests.size()) << name;
+  double arrived = 0;
+  double completed = 0;
+  for (const RequestOutcome& o : r.outcomes) {
+    arrived += o.arrived ? 1 : 0;
+    completed += o.completed ? 1 : 0;
+    EXPECT_TRUE(o.ttft_ms == -1 || o.ttft_ms >= 0) << name << " ttft " << o.ttft_ms;
+  }
+  EXPECT_EQ(arrived, r.metric("arrived")) << name;
+  EXPECT_EQ(completed, r.metric("completed")) << name;
 }
 
 TEST(Replay, EveryRequestFinishesOrIsReportedUnderMemoryPressure) {
@@ -183,6 +197,130 @@ TEST(Replay, RequestsThatCanNeverFitAreAbortedAndReported) {
     expect_conserved(r, w);
     EXPECT_EQ(r.metric("aborted"), 1) << to_string(p);
     EXPECT_EQ(r.metric("completed"), 1) << to_string(p);
+  }
+}
+
+RequestSpec chat_request(std::uint64_t id, double arrival_s, std::uint32_t prompt = 100) {
+  RequestSpec r;
+  r.id = id;
+  r.arrival_s = arrival_s;
+  r.prompt_tokens = prompt;
+  r.answer_tokens = 20;
+  return r;
+}
+
+// Issue 15: a trace request whose prompt can never fit made vLLM's policies
+// recompute for minutes and Meridian's throw out of the whole run.
+TEST(Replay, EveryPolicyAbortsARequestThatCanNeverFitAtAdmission) {
+  Workload w;
+  w.requests = {chat_request(1, 0), chat_request(2, 0.1, 4294967295U), chat_request(3, 0.2)};
+  for (PolicyKind p : kAllPolicies) {
+    const ReplayResult r = run(p, w, small_params());
+    expect_conserved(r, w);
+    EXPECT_EQ(r.metric("aborted"), 1) << to_string(p);
+    EXPECT_EQ(r.metric("completed"), 2) << to_string(p);
+    EXPECT_FALSE(r.outcomes[1].completed) << to_string(p);
+    EXPECT_FALSE(r.outcomes[1].slo_met) << to_string(p);
+  }
+}
+
+// A request whose reasoning outgrows the whole KV pool: vLLM's policies
+// preempted it by recompute and re-ran it until the time limit.
+TEST(Replay, EveryPolicyAbortsARequestThatOutgrowsTheWholePool) {
+  ReplayParams params = small_params();
+  params.cost_model.gpu_memory_gib = 22.35;  // ~14 K tokens of KV
+  params.cost_model.gpu_memory_utilization = 0.95;
+  params.engine.max_sim_time_s = 3600;
+  Workload w;
+  RequestSpec huge = chat_request(1, 0);
+  huge.think_tokens = 20000;
+  w.requests = {huge, chat_request(2, 0.5)};
+  for (PolicyKind p : kAllPolicies) {
+    const ReplayResult r = run(p, w, params, 7, 0.9);
+    expect_conserved(r, w);
+    EXPECT_EQ(r.metric("completed"), 2 - r.metric("aborted")) << to_string(p);
+    // Forcing can end the reasoning in time: static-budget's at 2,048 tokens
+    // always does, Meridian's entropy forcing may. Without forcing it cannot fit.
+    if (p == PolicyKind::kStaticBudget) {
+      EXPECT_EQ(r.metric("aborted"), 0);
+    }
+    if (p != PolicyKind::kStaticBudget && p != PolicyKind::kMeridian) {
+      EXPECT_EQ(r.metric("aborted"), 1) << to_string(p);
+    }
+    EXPECT_LT(r.metric("makespan_s"), 600) << to_string(p);
+  }
+}
+
+// Issue 15: arrival_s = 1e10 overflowed the nanosecond clock (TTFT -9.2e12 ms).
+TEST(Replay, ArrivalTimesAreCheckedAndLateArrivalsAreReportedAsNeverArrived) {
+  ReplayParams params = small_params();
+  params.engine.max_sim_time_s = 100;
+  Workload w;
+  w.requests = {chat_request(1, 0), chat_request(2, 1e10)};
+  try {
+    (void)run(PolicyKind::kVllmFcfs, w, params);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("workload request 2: arrival_s must be in [0, 1e+09] s; got 1e+10"),
+              std::string::npos)
+        << e.what();
+  }
+  // Past the time limit but representable: in the never-arrived bucket.
+  w.requests[1].arrival_s = 5000;
+  RequestSpec follow_up = chat_request(3, 0);
+  follow_up.after = 1;
+  follow_up.conversation = 1;
+  follow_up.delay_s = 1e9;  // sent after the time limit too
+  w.requests[0].conversation = 1;
+  w.requests.push_back(follow_up);
+  for (PolicyKind p : kAllPolicies) {
+    const ReplayResult r = run(p, w, params);
+    expect_conserved(r, w);
+    EXPECT_EQ(r.metric("completed"), 1) << to_string(p);
+    EXPECT_EQ(r.metric("never_arrived"), 2) << to_string(p);
+    EXPECT_GE(r.metric("ttft_p50_ms"), 0) << to_string(p);
+    // The arrival window ends at the time limit, not at the late arrival.
+    EXPECT_GT(r.metric("arrival_window_throughput_tokens_per_s"), 0) << to_string(p);
+  }
+  w.requests[2].delay_s = -1;
+  EXPECT_THROW((void)run(PolicyKind::kMeridian, w, params), InvalidArgument);
+}
+
+TEST(Trace, ArrivalAndDelayMustConvertToTheNanosecondClock) {
+  std::istringstream late(R"({"arrival_s": 1e10, "prompt_tokens": 10, "answer_tokens": 5})");
+  try {
+    (void)read_trace(late, "t.jsonl");
+    FAIL() << "expected TraceError";
+  } catch (const TraceError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("t.jsonl:1: arrival_s: must be a finite number of seconds in [0, 1e+09]"),
+        std::string::npos)
+        << e.what();
+  }
+  std::istringstream delay(
+      "{\"arrival_s\": 0, \"prompt_tokens\": 10, \"answer_tokens\": 5, \"conversation\": 1}\n"
+      "{\"after\": 1, \"delay_s\": 2e9, \"prompt_tokens\": 10, \"answer_tokens\": 5, \"conversation\": 1}\n");
+  EXPECT_THROW((void)read_trace(delay, "t.jsonl"), TraceError);
+}
+
+// Issue 15: far more arrivals than the engine can serve grew without bound.
+// The engine holds max_num_seqs + kMaxWaitingRequests requests; the rest are
+// rejected at once, so the run ends soon after the arrivals stop.
+TEST(Replay, ArrivalsBeyondTheWaitingBoundAreRejected) {
+  ReplayParams params = small_params();
+  params.engine.max_num_seqs = 64;
+  Workload w;
+  const std::uint64_t n = kMaxWaitingRequests + 64 + 1000;
+  for (std::uint64_t i = 1; i <= n; ++i) {
+    RequestSpec r = chat_request(i, 0, 16);
+    r.answer_tokens = 1;
+    w.requests.push_back(r);
+  }
+  for (PolicyKind p : {PolicyKind::kVllmFcfs, PolicyKind::kMeridian}) {
+    const ReplayResult r = run(p, w, params);
+    expect_conserved(r, w);
+    EXPECT_EQ(r.metric("rejected"), 1000) << to_string(p);
+    EXPECT_EQ(r.metric("completed"), static_cast<double>(n - 1000)) << to_string(p);
   }
 }
 

@@ -372,7 +372,7 @@ TEST(RouterTrace, BatchRejectsMismatchedSpans) {
   std::vector<RequestId> ids{1, 2};
   std::vector<TokenId> tokens{kWord};
   std::vector<PhaseEvent> events(2);
-  EXPECT_THROW(router.on_tokens(ids, tokens, events), Error);
+  EXPECT_THROW(router.on_tokens(ids, tokens, events), InvalidArgument);
 }
 
 TEST(RouterTrace, ExtraEosFromTheEngineCompletes) {

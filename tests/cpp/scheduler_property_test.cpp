@@ -61,6 +61,20 @@ KvBlockManagerOptions kv_options(std::uint32_t blocks, double think_fraction) {
   return k;
 }
 
+// Scheduled requests in `state`.
+std::uint32_t count_in(const MiniEngine& engine, RequestView::State state) {
+  std::uint32_t n = 0;
+  for (const auto& [id, st] : engine.stats()) {
+    const auto v = engine.scheduler().view(id);
+    if (v && v->state == state) ++n;
+  }
+  return n;
+}
+
+bool any_running_or_swapped(const MiniEngine& engine) {
+  return count_in(engine, RequestView::State::kRunning) + count_in(engine, RequestView::State::kSwapped) > 0;
+}
+
 // Checks one plan against the limits and the ordering contract.
 void check_plan(const StepPlan& plan, const StepLimits& limits, std::uint32_t running_before,
                 double max_fraction) {
@@ -157,7 +171,7 @@ RC_GTEST_PROP(SchedulerProperty, ThinkTpotHoldsWhileAnswersSaturateTheOutputBudg
   const auto thinkers = *rc::gen::inRange(1, 16);
   for (int i = 0; i < answers + thinkers; ++i) {
     MiniRequest r;
-    r.id = static_cast<RequestId>(i + 1);
+    r.id = static_cast<RequestId>(i) + 1;
     r.prompt = *rc::gen::inRange<std::uint32_t>(4, 64);
     const bool answer_only = i < answers;
     r.think = answer_only ? 0 : *rc::gen::inRange<std::uint32_t>(10, 120);
@@ -181,41 +195,28 @@ RC_GTEST_PROP(SchedulerProperty, ThinkTpotHoldsWhileAnswersSaturateTheOutputBudg
   RC_ASSERT(engine.scheduler().counters().due_think_decodes > 0U);
 }
 
-RC_GTEST_PROP(SchedulerProperty, EveryRequestFinishesUnderMemoryPressure, ()) {
-  // Tight KV memory with preemption: no deadlock or livelock, no failed
-  // allocation (the scheduler's block accounting matches the manager's),
-  // block-manager invariants at every step, nothing leaked at the end.
-  const Workload w = workload(64, 96, 160, 64, 100);
-  const auto blocks = *rc::gen::inRange<std::uint32_t>(24, 200);
-  const double think_fraction = *rc::gen::inRange(50, 80) / 100.0;
-  SchedulerOptions o = base_options();
-  o.preempt_max_fraction = *rc::gen::inRange(1, 101) / 100.0;
-  o.preempt_readmit_guard_steps = *rc::gen::inRange<std::uint32_t>(0, 16);
-  // With a fabric, running victims are offloaded and later swapped back in.
-  o.fabric_offload = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
-  o.total_kv_blocks = blocks;
-  for (const MiniRequest& r : w.requests) {
-    // Every request fits alone, or it would (correctly) be aborted.
-    RC_PRE((r.prompt + r.think + r.answer) / 16 + 2 <= blocks);
-  }
-  StepLimits limits;
-  limits.max_sequences = *rc::gen::inRange<std::uint32_t>(4, 64);
-  limits.token_budget = *rc::gen::inRange<std::uint32_t>(64, 2048);
+// Runs `w` on tight memory with preemption: no deadlock or livelock, no
+// failed allocation (the scheduler's block accounting matches the manager's),
+// block-manager invariants at every step, nothing leaked at the end.
+void run_under_pressure(const Workload& w, const SchedulerOptions& o, std::uint32_t blocks,
+                        double think_fraction, const StepLimits& limits) {
   MiniEngine engine(o, kH100, kv_options(blocks, think_fraction), limits);
   for (const MiniRequest& r : w.requests) engine.submit(r);
   std::uint64_t steps = 0;
   while (steps++ < 50'000) {
-    const std::uint32_t running = [&] {
-      std::uint32_t n = 0;
-      for (const auto& [id, st] : engine.stats()) {
-        const auto v = engine.scheduler().view(id);
-        if (v && v->state == RequestView::State::kRunning) ++n;
-      }
-      return n;
-    }();
+    const std::uint32_t running = count_in(engine, RequestView::State::kRunning);
+    const std::uint64_t idle_before = engine.idle_steps();
+    const std::uint64_t aborted_before = engine.scheduler().counters().aborted;
     if (!engine.step()) break;
     check_plan(engine.last_plan(), limits, running, o.preempt_max_fraction);
     RC_ASSERT(engine.blocks().check_invariants() == "");
+    // No livelock step: with nothing running or swapped out, waiting
+    // requests are never all parked (partial prefills holding every block
+    // must give way), so such a step runs or aborts something.
+    if (engine.idle_steps() > idle_before && engine.scheduler().counters().aborted == aborted_before &&
+        engine.scheduler().size() > 0) {
+      RC_ASSERT(any_running_or_swapped(engine));
+    }
   }
   if (steps >= 50'000) {
     // Livelock or deadlock: say who is stuck where.
@@ -235,13 +236,100 @@ RC_GTEST_PROP(SchedulerProperty, EveryRequestFinishesUnderMemoryPressure, ()) {
     RC_ASSERT(!st.aborted);
   }
   const KvBlockUsage u = engine.blocks().usage();
-  for (std::size_t t = 0; t < kBlockTierCount; ++t) RC_ASSERT(u.live_blocks[t] == 0U);
+  for (const auto live : u.live_blocks) RC_ASSERT(live == 0U);
   RC_ASSERT(engine.scheduler().size() == 0U);
   RC_ASSERT(engine.answer_preemptions_with_think_victims() == 0U);
   const auto& preemptions = engine.scheduler().counters().preemptions;
   RC_TAG(preemptions[2] > 0                    ? "offloaded"
          : preemptions[0] + preemptions[1] > 0 ? "preempted"
                                                : "no preemption");
+}
+
+RC_GTEST_PROP(SchedulerProperty, EveryRequestFinishesUnderMemoryPressure, ()) {
+  const Workload w = workload(64, 96, 160, 64, 100);
+  const auto blocks = *rc::gen::inRange<std::uint32_t>(24, 200);
+  const double think_fraction = *rc::gen::inRange(50, 80) / 100.0;
+  SchedulerOptions o = base_options();
+  o.preempt_max_fraction = *rc::gen::inRange(1, 101) / 100.0;
+  o.preempt_readmit_guard_steps = *rc::gen::inRange<std::uint32_t>(0, 16);
+  // With a fabric, running victims are offloaded and later swapped back in.
+  o.fabric_offload = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
+  o.total_kv_blocks = blocks;
+  for (const MiniRequest& r : w.requests) {
+    // Every request fits alone, or it would (correctly) be aborted.
+    RC_PRE((r.prompt + r.think + r.answer) / 16 + 2 <= blocks);
+  }
+  StepLimits limits;
+  limits.max_sequences = *rc::gen::inRange<std::uint32_t>(4, 64);
+  limits.token_budget = *rc::gen::inRange<std::uint32_t>(64, 2048);
+  run_under_pressure(w, o, blocks, think_fraction, limits);
+}
+
+RC_GTEST_PROP(SchedulerProperty, PartialPrefillsNeverParkAnIdleEngine, ()) {
+  // The soak's --outgrow-every livelock: while small think requests run, big
+  // prompts (up to 60 % of the pool each) get partial prefills in their lanes
+  // (reasoning is held back while think KV is over its small share); once the
+  // runners finish, the partial prefills can hold the whole pool with nothing
+  // running. Some prefill must still progress.
+  const auto blocks = *rc::gen::inRange<std::uint32_t>(16, 64);
+  Workload w;
+  const auto runners = *rc::gen::inRange<std::uint32_t>(1, 4);
+  const auto big = *rc::gen::inRange<std::uint32_t>(2, 5);
+  for (std::uint32_t i = 0; i < runners + big; ++i) {
+    MiniRequest r;
+    r.id = i + 1;
+    const bool runner = i < runners;
+    r.prompt = runner ? *rc::gen::inRange<std::uint32_t>(1, 33)
+                      : *rc::gen::inRange<std::uint32_t>(blocks * 16 / 4, blocks * 16 * 6 / 10);
+    r.think = runner || *rc::gen::arbitrary<bool>() ? *rc::gen::inRange<std::uint32_t>(1, 161) : 0;
+    r.answer = *rc::gen::inRange<std::uint32_t>(1, 33);
+    r.arrival_ns = runner ? 0 : *rc::gen::inRange<std::int64_t>(1, 100) * 1'000'000;
+    RC_PRE((r.prompt + r.think + r.answer) / 16 + 2 <= blocks);
+    w.requests.push_back(r);
+  }
+  SchedulerOptions o = base_options();
+  o.preempt_max_fraction = *rc::gen::inRange(1, 101) / 100.0;
+  o.preempt_readmit_guard_steps = *rc::gen::inRange<std::uint32_t>(0, 16);
+  o.min_prefill_tokens_per_step = *rc::gen::inRange<std::uint32_t>(16, 128);
+  o.total_kv_blocks = blocks;
+  StepLimits limits;
+  limits.max_sequences = *rc::gen::inRange<std::uint32_t>(2, 8);
+  limits.token_budget = *rc::gen::inRange<std::uint32_t>(o.min_prefill_tokens_per_step, 256);
+  run_under_pressure(w, o, blocks, *rc::gen::inRange(5, 30) / 100.0, limits);
+}
+
+TEST(SchedulerProperty, PartialPrefillsHoldingThePoolWithNothingRunningGiveWay) {
+  // A case the property above found (shrunk): once the two think requests
+  // finish, the big prompts' partial prefills hold all 42 blocks and nothing
+  // runs. Before the fix every later step was empty.
+  SchedulerOptions o = base_options();
+  o.preempt_max_fraction = 0.01;
+  o.preempt_readmit_guard_steps = 0;
+  o.min_prefill_tokens_per_step = 16;
+  o.total_kv_blocks = 42;
+  StepLimits limits;
+  limits.max_sequences = 3;
+  limits.token_budget = 53;
+  MiniEngine engine(o, kH100, kv_options(42, 0.05), limits);
+  engine.submit({1, 1, 13, 4, 0});
+  engine.submit({2, 11, 55, 1, 0});
+  engine.submit({3, 326, 0, 1, 5'000'000});
+  engine.submit({4, 356, 46, 1, 1'000'000});
+  engine.submit({5, 244, 0, 14, 5'000'000});
+  std::uint64_t parked = 0;  // steps with nothing running, no work, and requests waiting
+  while (engine.steps() < 10'000) {
+    const std::uint64_t idle_before = engine.idle_steps();
+    if (!engine.step()) break;
+    if (engine.idle_steps() > idle_before && engine.scheduler().size() > 0 &&
+        !any_running_or_swapped(engine)) {
+      ++parked;
+    }
+  }
+  EXPECT_EQ(parked, 0U);
+  EXPECT_EQ(engine.scheduler().size(), 0U);
+  for (const auto& [id, st] : engine.stats()) EXPECT_TRUE(st.finished) << id;
+  EXPECT_GT(engine.scheduler().counters().livelock_releases, 0U);
+  EXPECT_EQ(engine.allocation_failures(), 0U);
 }
 
 TEST(SchedulerProperty, ARequestThatCanNeverFitIsAbortedNotHung) {

@@ -248,6 +248,32 @@ TEST(SchedulerTrace, ARequestThatCanNeverFitIsAbortedNotParked) {
   EXPECT_EQ(rig.scheduler.counters().aborted, 1U);
 }
 
+TEST(SchedulerTrace, PartialPrefillsHoldingEveryBlockWithNothingRunningReleaseAllButTheFurthest) {
+  // The soak's --outgrow-every livelock in miniature: two partial prefills
+  // hold the whole pool, nothing runs, and neither may preempt to go on.
+  SchedulerOptions o = trace_options();
+  o.total_kv_blocks = 8;
+  SchedulerRig rig(o, kCost);
+  rig.add(1, 4);
+  run_table(rig, {
+                     {nullptr, blocks(8), "p1:4", kPrefillMs},
+                     // 2 (reasoning) is held back while 1 runs (think KV over its
+                     // share); chat 3 takes the 3 blocks left after 1's decode.
+                     {[](SchedulerRig& r) {
+                        r.add(2, 24);
+                        r.add(3, 20, false);
+                      },
+                      blocks(4, 0), "t1 p3:12"},
+                     // 1 ends: nothing runs, 2 takes the 5 free blocks (of 6).
+                     {[](SchedulerRig& r) { r.scheduler.finish(1); }, blocks(5), "p2:20"},
+                     // 2 holds 5 blocks, 3 holds 3: neither can move. 3 (less
+                     // progress) is released and 2 completes its prompt.
+                     {nullptr, blocks(0), "!3r p2:4"},
+                     {nullptr, blocks(2), "T2"},  // 3 waits (the growth reserve)
+                 });
+  EXPECT_EQ(rig.scheduler.counters().livelock_releases, 1U);
+}
+
 TEST(SchedulerTrace, ExitThinkReportedBeforeTheStepCompletesTakesEffectNextStep) {
   // The engine may see </think> in a step's output and tell the router (and
   // so the scheduler) before it reports the step complete.
@@ -262,6 +288,19 @@ TEST(SchedulerTrace, ExitThinkReportedBeforeTheStepCompletesTakesEffectNextStep)
   EXPECT_EQ(rig.scheduler.view(2)->phase, Phase::kOutputDecode);
   EXPECT_EQ(rig.scheduler.view(2)->context_tokens, 5U);
   EXPECT_EQ(rig.step(), "o2 t1");
+}
+
+// Fuzzing finding (fuzz/regressions/fuzz_scheduler): with a cost model that
+// predicts absurdly long steps (here 1e13 ms; the fuzzer grew one by reporting
+// ever longer steps) the due-think horizon overflowed the int64 clock - UB that
+// wraps negative on x86, so no think request was ever due and think starved.
+// Deadline arithmetic saturates instead: everything waiting is due.
+TEST(SchedulerTrace, AbsurdStepPredictionsMakeThinkDueInsteadOfOverflowingTheClock) {
+  SchedulerRig rig(trace_options(), StepCostCoefficients{1e13, 0.0, 0.0});
+  rig.add(1, 4);
+  EXPECT_EQ(rig.step({}, kPrefillMs), "p1:4");
+  EXPECT_EQ(rig.step({}, kPrefillMs), "T1");
+  EXPECT_EQ(rig.step({}, kPrefillMs), "T1");
 }
 
 }  // namespace

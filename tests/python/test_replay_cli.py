@@ -91,7 +91,7 @@ def test_bad_input_names_the_field(meridian_bin, tmp_path):
     assert result.returncode == 1
     assert f"{trace}:2: prompt_tokens: is required" in result.stderr
     result = replay(meridian_bin, tmp_path, "--policies", "vllm-fifo")
-    assert result.returncode == 1
+    assert result.returncode == 2  # a usage error
     assert 'unknown policy "vllm-fifo"' in result.stderr
 
 
@@ -142,7 +142,7 @@ def test_workload_kinds(meridian_bin, tmp_path):
     assert result.returncode == 1
     assert "workload.kind must be one of mixed, seeds-mix, long-think, long-prompt" in result.stderr
     result = replay(meridian_bin, tmp_path, "--goodput", "--trace", REPO / "benchmarks" / "traces" / "example.jsonl")
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "cannot be used with --trace" in result.stderr
 
 
@@ -160,3 +160,88 @@ def test_load_sweep_and_plots(meridian_bin, report_dir, tmp_path):
     for name in ["latency_cdf.png", "itl_over_time.png", "queue_depths.png", "load_sweep.png"]:
         png = report_dir / "plots" / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+@pytest.mark.parametrize("setting, message", [
+    # Each passed validation and then hung or filled memory (issue 15).
+    ("[engine]\nseries_interval_s = 1e-10\n", "engine.series_interval_s must be in [0.001, 2592000]; got 1e-10"),
+    ("[engine]\nseries_interval_s = 1e-9\n", "engine.series_interval_s must be in [0.001, 2592000]; got 1e-09"),
+    ("[engine]\nseries_interval_s = 1e300\n", "engine.series_interval_s must be in [0.001, 2592000]; got 1e+300"),
+    ("[engine]\nmax_sim_time_s = inf\n", "engine.max_sim_time_s must be a finite number in (0, 2592000]; got inf"),
+])
+def test_replay_parameters_that_would_hang_are_rejected(meridian_bin, tmp_path, setting, message):
+    params = tmp_path / "replay.toml"
+    params.write_text(setting)
+    result = replay(meridian_bin, tmp_path, "--params", params)
+    assert result.returncode == 1
+    assert message in result.stderr
+
+
+def test_an_arrival_rate_that_would_fill_memory_is_rejected(meridian_bin, tmp_path):
+    result = replay(meridian_bin, tmp_path, "--arrival-rate", "1e6")
+    assert result.returncode == 2  # the value came from the command line: a usage error naming the option
+    assert "--arrival-rate: workload.arrival_rate must be in (0, 10000]; got 1e+06" in result.stderr
+    result = subprocess.run([str(meridian_bin), "replay", "--arrival-rate", "9000", "--duration-s", "3600",
+                             "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "(the expected request count) must be <= 5000000" in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    # CLI11 wrapped these into unsigned options (issue 15: `--seed -1` ran seed 2^64 - 1).
+    (["--seed", "-1"], "--seed: must be an integer in [0, 18446744073709551615]; got '-1'"),
+    (["--seeds", "-1"], "--seeds: must be an integer in [1, 1000]; got '-1'"),
+    (["--seeds", "0"], "--seeds: must be an integer in [1, 1000]; got '0'"),
+    (["--jobs", "-1"], "--jobs: must be an integer in [0, 1024]; got '-1'"),
+    (["--seed", "99999999999999999999"], "--seed: must be an integer in"),
+    (["--seed", "18446744073709551615", "--seeds", "2"], "runs past the largest seed"),
+    (["--arrival-rate", "nan"], "--arrival-rate: must be a finite number in (0,"),
+    (["--duration-s", "-5"], "--duration-s: must be a finite number in (0,"),
+    (["--reasoning-ratio", "1.5"], "--reasoning-ratio: must be a finite number in [0, 1]; got '1.5'"),
+])
+def test_bad_option_values_are_usage_errors(meridian_bin, tmp_path, args, message):
+    result = replay(meridian_bin, tmp_path, *args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "ab-report.json").exists()
+
+
+def test_load_sweep_checks_every_rate_before_running_any(meridian_bin, tmp_path):
+    # Issue 15: `--load-sweep 1,2,0` ran two rates, then failed naming no option.
+    result = replay(meridian_bin, tmp_path, "--load-sweep", "1,2,0")
+    assert result.returncode == 2
+    assert "--load-sweep: must be a finite number in (0," in result.stderr and "got '0'" in result.stderr
+    result = replay(meridian_bin, tmp_path, "--load-sweep", "1,2,20000")
+    assert result.returncode == 2
+    assert ("--load-sweep: rate 20000 (element 3 of 3): workload.arrival_rate must be in (0, 10000]"
+            in result.stderr)
+    assert "rate" not in result.stdout  # nothing ran
+    assert not (tmp_path / "load-sweep.json").exists()
+
+
+def test_a_request_that_can_never_fit_is_aborted_and_every_request_is_in_one_bucket(meridian_bin, tmp_path):
+    # Issue 15: vLLM's policies recomputed it for minutes; Meridian's threw out of the run.
+    trace = tmp_path / "huge.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 100, "answer_tokens": 5}\n'
+                     '{"arrival_s": 0.1, "prompt_tokens": 4294967295, "answer_tokens": 5}\n'
+                     '{"arrival_s": 2e6, "prompt_tokens": 100, "answer_tokens": 5}\n')  # after the time limit
+    params = tmp_path / "replay.toml"
+    params.write_text("[engine]\nmax_sim_time_s = 3600\n")
+    result = replay(meridian_bin, tmp_path, "--trace", trace, "--params", params, "--seeds", "1")
+    assert result.returncode == 0, result.stderr
+    runs = json.loads((tmp_path / "ab-report.json").read_text())["runs"]
+    for policy in ALL_POLICIES:
+        m = runs[policy]
+        assert (m["completed"], m["aborted"], m["never_arrived"]) == (1, 1, 1), policy
+        buckets = m["completed"] + m["aborted"] + m["rejected"] + m["unfinished"] + m["never_arrived"]
+        assert buckets == m["requests"] == 3, policy
+
+
+def test_a_trace_arrival_beyond_the_clock_is_rejected(meridian_bin, tmp_path):
+    # Issue 15: arrival_s = 1e10 overflowed the nanosecond clock and reported a TTFT of -9.2e12 ms.
+    trace = tmp_path / "late.jsonl"
+    trace.write_text('{"arrival_s": 1e10, "prompt_tokens": 100, "answer_tokens": 5}\n')
+    result = replay(meridian_bin, tmp_path, "--trace", trace)
+    assert result.returncode == 1
+    assert f"{trace}:1: arrival_s: must be a finite number of seconds in [0, 1e+09]; got 10000000000.0" \
+        in result.stderr

@@ -65,7 +65,8 @@ def test_batch_step(router):
     events = router.on_tokens(ids, [IM_END] * 100)
     assert all(e.kind == PhaseEventKind.COMPLETE for e in events)
     assert router.tracked == 0
-    with pytest.raises(RuntimeError, match="tokens .* must match ids"):
+    # An argument error: ValueError (was RuntimeError before issue 15).
+    with pytest.raises(ValueError, match="tokens .* must match ids"):
         router.on_tokens([1, 2], [WORD])
 
 

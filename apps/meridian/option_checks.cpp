@@ -1,0 +1,57 @@
+// The CLI's numeric option checks (option_checks.h).
+#include "option_checks.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace meridian::cli {
+namespace {
+
+// Long values are cut in messages so a pasted blob does not flood the terminal.
+std::string shown(std::string_view text) {
+  constexpr std::size_t kMaxShown = 40;
+  if (text.size() <= kMaxShown) return fmt::format("'{}'", text);
+  return fmt::format("'{}...' ({} characters)", text.substr(0, kMaxShown), text.size());
+}
+
+}  // namespace
+
+CLI::Validator integer_in(std::uint64_t min, std::uint64_t max) {
+  const std::string rule = fmt::format("an integer in [{}, {}]", min, max);
+  return {[min, max, rule](std::string& text) -> std::string {
+            std::uint64_t value = 0;
+            const char* end = text.data() + text.size();
+            const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+            const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+            if (!digits || ec != std::errc{} || ptr != end || value < min || value > max) {
+              return fmt::format("must be {}; got {}", rule, shown(text));
+            }
+            text = fmt::format("{}", value);  // "010" is ten, not CLI11's octal eight
+            return {};
+          },
+          fmt::format("INT in [{}, {}]", min, max)};
+}
+
+CLI::Validator number_in(double min, double max, bool min_exclusive) {
+  const std::string rule = fmt::format("a finite number in {}{}, {}]", min_exclusive ? "(" : "[", min, max);
+  return {[min, max, min_exclusive, rule](std::string& text) -> std::string {
+            // strtod, not from_chars: it also reads the forms CLI11 converts ("1e3", "0x1p4").
+            errno = 0;
+            char* end = nullptr;
+            const double value = text.empty() ? NAN : std::strtod(text.c_str(), &end);
+            const bool parsed = !text.empty() && end == text.c_str() + text.size() && errno == 0;
+            const bool above = min_exclusive ? value > min : value >= min;
+            if (!parsed || !std::isfinite(value) || !above || value > max) {
+              return fmt::format("must be {}; got {}", rule, shown(text));
+            }
+            return {};
+          },
+          fmt::format("NUMBER in {}{}, {}]", min_exclusive ? "(" : "[", min, max)};
+}
+
+}  // namespace meridian::cli
