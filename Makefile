@@ -1,7 +1,7 @@
 # Meridian's user interface. On a fresh Debian 12 machine:
 #   make demo   installs what the demo needs, builds, runs the A/B replay
 #   make test   installs everything, builds, runs every test
-# Other targets: setup, build, bench, format, lint, clean.
+# Other targets: setup, build, bench, soak, fuzz, docs-check, format, lint, clean.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -30,7 +30,7 @@ build: setup
 	@echo "built $(BUILD_DIR)/bin/meridian"
 
 # Everything CI checks, in order of how fast each fails.
-test: build format-check test-cpp test-python test-vllm-compat test-install test-sanitizers lint
+test: build format-check test-cpp test-python docs-check test-vllm-compat test-install test-sanitizers fuzz-smoke lint
 	@echo "make test: all checks passed"
 
 test-cpp:
@@ -45,9 +45,29 @@ test-sanitizers:
 	  ctest --output-on-failure -j $(JOBS)
 	@cmake -S . -B $(BUILD_DIR)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMERIDIAN_SANITIZE=thread \
 	  -DMERIDIAN_ENABLE_CUDA=OFF -DMERIDIAN_BUILD_BENCH=OFF -DMERIDIAN_BUILD_APPS=OFF >/dev/null
-	@cmake --build $(BUILD_DIR)-tsan -j $(JOBS) --target router_concurrency_test request_id_map_test row_stats_test
+	@cmake --build $(BUILD_DIR)-tsan -j $(JOBS) --target router_concurrency_test request_id_map_test row_stats_test \
+	  engine_concurrency_test
 	@cd $(BUILD_DIR)-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure --no-tests=error -L 'concurrency|kernels' -j $(JOBS)
+
+# libFuzzer harnesses (fuzz/, docs/testing.md#fuzzing) in their own clang build: `make fuzz`
+# runs each for FUZZ_SECONDS over its corpus (new finds go to $(BUILD_DIR)-fuzz/fuzz-out;
+# FUZZ_MERGE=1 merges them into fuzz/corpus), `make fuzz-smoke` replays every corpus and past
+# finding and fuzzes each harness for FUZZ_SMOKE_SECONDS. Any crash fails the target.
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 10
+.PHONY: fuzz fuzz-smoke fuzz-build
+fuzz-build: setup
+	@cmake -S . -B $(BUILD_DIR)-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	  -DCMAKE_CXX_COMPILER=clang++ -DMERIDIAN_BUILD_FUZZ=ON -DMERIDIAN_ENABLE_CUDA=OFF -DMERIDIAN_BUILD_TESTS=OFF \
+	  -DMERIDIAN_BUILD_BENCH=OFF -DMERIDIAN_BUILD_APPS=OFF >/dev/null
+	@cmake --build $(BUILD_DIR)-fuzz -j $(JOBS) --target meridian_fuzzers
+
+fuzz: fuzz-build
+	@scripts/fuzz.sh --seconds $(FUZZ_SECONDS) $(if $(FUZZ_MERGE),--merge) $(BUILD_DIR)-fuzz/bin
+
+fuzz-smoke: fuzz-build
+	@scripts/fuzz.sh --seconds $(FUZZ_SMOKE_SECONDS) $(BUILD_DIR)-fuzz/bin
 
 # The Python package, installed as a user would (pip install .), then pytest
 # against the installed copy; the CLI tests use $(BUILD_DIR)/bin/meridian.
@@ -59,6 +79,13 @@ test-python: test-package
 test-vllm-compat:
 	@scripts/vllm-compat.sh "-mnot e2e" tests/python/test_vllm_scheduler.py \
 	  tests/python/test_vllm_logits_processor.py tests/python/test_vllm_extra_args.py
+
+# Every shell command shown in README.md and docs/ runs (blocks marked
+# <!-- docs-check: skip (reason) --> are skipped with the reason), and
+# docs/configuration.md matches the schema (CONTRIBUTING.md#docs-that-cannot-drift).
+.PHONY: docs-check
+docs-check: test-package
+	@BUILD_DIR=$(BUILD_DIR) $(PYTHON) scripts/docs_check.py --build-dir $(BUILD_DIR)
 
 test-package:
 	@$(PYTHON) -m pip install -q --no-build-isolation --no-deps .
@@ -79,9 +106,16 @@ format-check:
 	@clang-format --dry-run -Werror $(SOURCES)
 
 lint:
-	@run-clang-tidy -quiet -p $(BUILD_DIR) -j $(JOBS) $(addprefix $(CURDIR)/,$(TIDY_SOURCES)) >/tmp/meridian-tidy.log 2>&1 \
+	@run-clang-tidy -quiet -p $(BUILD_DIR) -j $(JOBS) -extra-arg=-Wthread-safety $(addprefix $(CURDIR)/,$(TIDY_SOURCES)) >/tmp/meridian-tidy.log 2>&1 \
 	  || { grep -E "warning:|error:" -A3 /tmp/meridian-tidy.log | head -100; exit 1; }
 	@echo "clang-tidy: clean"
+
+# A million requests through one router, scheduler, block manager and id map; checks that
+# nothing stays tracked, every KV block comes back and memory stays flat (docs/operations.md#soak).
+# Not part of `make test` (about a minute); ctest's soak_short runs the same checks on 20 K.
+.PHONY: soak
+soak: build
+	@$(BUILD_DIR)/bin/meridian_soak --requests 1000000
 
 # Benchmarks measure a Release build, the optimisation level of the wheel.
 bench: setup
@@ -104,4 +138,4 @@ demo:
 	@$(PYTHON) benchmarks/plot_replay.py bench-out
 
 clean:
-	@rm -rf $(BUILD_DIR) $(BUILD_DIR)-asan $(BUILD_DIR)-tsan $(BUILD_DIR)-release bench-out
+	@rm -rf $(BUILD_DIR) $(BUILD_DIR)-asan $(BUILD_DIR)-tsan $(BUILD_DIR)-fuzz $(BUILD_DIR)-release bench-out

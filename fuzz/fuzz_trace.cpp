@@ -1,0 +1,64 @@
+// JSONL trace reader: read_trace() may only throw TraceError; a trace it
+// accepts is written by write_trace() as a trace that reads back to the same
+// requests (compared after one write, since fields a request does not use -
+// a first turn's delay_s - are not written).
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "fuzz_check.h"
+#include "meridian/sim_workload.h"
+
+namespace meridian::fuzz {
+namespace {
+
+std::string written(const sim::Workload& w) {
+  std::ostringstream out;
+  sim::write_trace(w, out);
+  return out.str();
+}
+
+sim::Workload reread(const std::string& text) {
+  std::istringstream in(text);
+  try {
+    return sim::read_trace(in, "<write_trace>");
+  } catch (const sim::TraceError& e) {
+    finding(std::string("write_trace() output does not read back: ") + e.what() + "\n--- trace ---\n" + text);
+  }
+}
+
+void run(std::string_view text) {
+  std::istringstream in{std::string(text)};
+  sim::Workload w;
+  try {
+    w = sim::read_trace(in, "<fuzz>");
+  } catch (const sim::TraceError&) {
+    return;
+  }
+  check(!w.requests.empty(), "an accepted trace holds requests");
+  for (std::size_t i = 0; i < w.requests.size(); ++i) {
+    const sim::RequestSpec& r = w.requests[i];
+    check(r.id == i + 1, "request ids are 1..N in line order");
+    check(r.prompt_tokens >= 1 && r.answer_tokens >= 1, "prompt and answer hold a token");
+    check(r.answer_at <= r.think_tokens, "answer_at <= think_tokens");
+    check(r.after < r.id, "a follow-up names an earlier request");
+  }
+  const std::string once = written(w);
+  const sim::Workload back = reread(once);
+  check(back.requests.size() == w.requests.size(), "write_trace() keeps every request");
+  check(written(back) == once, "write_trace() output reads back to different requests:\n" + once);
+}
+
+}  // namespace
+}  // namespace meridian::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  try {
+    meridian::fuzz::run(std::string_view(reinterpret_cast<const char*>(data), size));
+  } catch (const std::exception& e) {
+    meridian::fuzz::unexpected(e);
+  }
+  return 0;
+}
