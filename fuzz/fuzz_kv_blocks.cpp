@@ -30,7 +30,7 @@ bool same_usage(const KvBlockUsage& a, const KvBlockUsage& b) {
 
 std::vector<std::uint64_t> hashes(FuzzedDataProvider& in, std::uint32_t count) {
   // A chain from a small set of roots, so prefixes recur and collide.
-  const std::uint64_t root = in.ConsumeIntegralInRange<std::uint64_t>(0, 5);
+  const auto root = in.ConsumeIntegralInRange<std::uint64_t>(0, 5);
   std::vector<std::uint64_t> h(count);
   for (std::uint32_t i = 0; i < count; ++i) h[i] = root * 1000 + i;
   return h;
@@ -41,8 +41,9 @@ void check_usage(const KvBlockManager& m, const KvBlockManagerOptions& o) {
   check(problem.empty(), "check_invariants(): " + problem);
   const KvBlockUsage u = m.usage();
   std::uint64_t in_lists = u.free_blocks;
-  for (std::size_t t = 0; t < kBlockTierCount; ++t)
+  for (std::size_t t = 0; t < kBlockTierCount; ++t) {
     in_lists += std::uint64_t{u.live_blocks[t]} + u.cached_blocks[t];
+  }
   check(in_lists == o.num_blocks, "every block is free, live or cached");
   check(u.allocatable_blocks <= o.num_blocks, "allocatable blocks within the pool");
   check(u.used_bytes() <= std::uint64_t{o.num_blocks} * o.block_size_bytes, "used bytes within the capacity");
@@ -50,7 +51,7 @@ void check_usage(const KvBlockManager& m, const KvBlockManagerOptions& o) {
 
 void allocate(FuzzedDataProvider& in, KvBlockManager& m, RequestId r) {
   const auto tier = static_cast<BlockTier>(in.ConsumeIntegralInRange<int>(0, 2));
-  const std::uint32_t count = in.ConsumeIntegralInRange<std::uint32_t>(0, 20);
+  const auto count = in.ConsumeIntegralInRange<std::uint32_t>(0, 20);
   const std::vector<std::uint64_t> h = in.ConsumeBool() ? hashes(in, count) : std::vector<std::uint64_t>{};
   const KvBlockUsage before = m.usage();
   const std::uint64_t allocated_before = m.counters().allocated_blocks;
@@ -88,7 +89,7 @@ void run(const std::uint8_t* data, std::size_t size) {
   o.fabric_offload = in.ConsumeBool();
   KvBlockManager m(o);
   for (std::size_t op = 0; op < kMaxOps && in.remaining_bytes() > 0; ++op) {
-    const RequestId r = in.ConsumeIntegralInRange<RequestId>(1, kMaxId);
+    const auto r = in.ConsumeIntegralInRange<RequestId>(1, kMaxId);
     switch (in.ConsumeIntegralInRange<int>(0, 5)) {
       case 0: allocate(in, m, r); break;
       case 1: {
@@ -133,6 +134,7 @@ void run(const std::uint8_t* data, std::size_t size) {
 }  // namespace
 }  // namespace meridian::fuzz
 
+// NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
     meridian::fuzz::run(data, size);

@@ -34,6 +34,7 @@ void run(std::string_view text) {
 }  // namespace
 }  // namespace meridian::fuzz
 
+// NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
     meridian::fuzz::run(std::string_view(reinterpret_cast<const char*>(data), size));

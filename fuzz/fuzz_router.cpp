@@ -134,7 +134,7 @@ class Harness {
   }
 
   void batch() {
-    const std::size_t n = in_.ConsumeIntegralInRange<std::size_t>(1, kMaxBatch);
+    const auto n = in_.ConsumeIntegralInRange<std::size_t>(1, kMaxBatch);
     const bool with_text = in_.ConsumeBool();
     std::vector<RequestId> ids(n);
     std::vector<TokenId> tokens(n);
@@ -268,6 +268,7 @@ void run(const std::uint8_t* data, std::size_t size) {
 }  // namespace
 }  // namespace meridian::fuzz
 
+// NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
     meridian::fuzz::run(data, size);

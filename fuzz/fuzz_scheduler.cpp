@@ -240,8 +240,9 @@ class Engine {
     check(plan.preemptions.size() <= cap + releases,
           fmt::format("{} preemptions; the cap is {} (+{} livelock releases)", plan.preemptions.size(), cap,
                       releases));
-    for (const Preemption& p : plan.preemptions)
+    for (const Preemption& p : plan.preemptions) {
       check(live_.contains(p.id), "only live requests are preempted");
+    }
   }
 
   void check_tracking() const {
@@ -269,6 +270,7 @@ void run(const std::uint8_t* data, std::size_t size) {
 }  // namespace
 }  // namespace meridian::fuzz
 
+// NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
     meridian::fuzz::run(data, size);
