@@ -46,7 +46,7 @@ test-sanitizers:
 	@cmake -S . -B $(BUILD_DIR)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMERIDIAN_SANITIZE=thread \
 	  -DMERIDIAN_ENABLE_CUDA=OFF -DMERIDIAN_BUILD_BENCH=OFF -DMERIDIAN_BUILD_APPS=OFF >/dev/null
 	@cmake --build $(BUILD_DIR)-tsan -j $(JOBS) --target router_concurrency_test request_id_map_test row_stats_test \
-	  engine_concurrency_test
+	  engine_concurrency_test telemetry_registry_test
 	@cd $(BUILD_DIR)-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure --no-tests=error -L 'concurrency|kernels' -j $(JOBS)
 

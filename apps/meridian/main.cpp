@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "log_options.h"
 #include "option_checks.h"
 
 int main(int argc, char** argv) {
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Meridian: phase-aware scheduling for reasoning-model serving"};
   app.set_version_flag("--version", "meridian 0.1.0");
   app.require_subcommand(1);
+  meridian::cli::add_log_level_option(app);  // before the subcommands: they inherit its fallthrough
 
   std::vector<std::pair<CLI::App*, std::function<int()>>> commands;
   auto run_check_config = meridian::cli::add_check_config(app);
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
     return kUsageExitCode;
   }
   try {
+    meridian::cli::configure_cli_logging({});  // --log-level now; commands that load a config redo it
     for (auto& [sub, run] : commands) {
       if (sub->parsed()) return run();
     }

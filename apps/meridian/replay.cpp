@@ -4,8 +4,10 @@
 //                   [--params replay.toml] [--config meridian.toml]... [--model NAME]
 //                   [--goodput] [--pareto] [--load-sweep R1,R2,...] [--out-dir DIR]
 //                   [--no-progress] [--print-params]
+//                   [--metrics-port P [--metrics-host H] [--realtime-factor F] [--linger-s S]]
 #include "meridian/replay.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -15,14 +17,19 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "log_options.h"
 #include "meridian/config.h"
+#include "meridian/log.h"
+#include "meridian/metrics.h"
 #include "meridian/replay_study.h"
+#include "meridian/telemetry.h"
 #include "option_checks.h"
 #include <unistd.h>
 
@@ -37,6 +44,8 @@ constexpr std::uint64_t kMaxSeeds = 1000;
 constexpr std::uint64_t kMaxJobs = 1024;
 constexpr double kMaxRate = 1e9;  // syntax only: [workload] bounds the rate and the request count
 constexpr double kMaxDurationS = 1e12;
+constexpr double kMaxRealtimeFactor = 1e9;
+constexpr double kMaxLingerS = 1e7;  // about four months
 
 struct ReplayCliOptions {
   std::string policies = "all";
@@ -57,7 +66,58 @@ struct ReplayCliOptions {
   std::string out_dir = "bench-out";
   bool no_progress = false;
   bool print_params = false;
+  std::optional<std::uint16_t> metrics_port;
+  std::string metrics_host = "127.0.0.1";
+  std::optional<double> realtime_factor;
+  double linger_s = 0;
 };
+
+// Live Prometheus metrics of one A/B run (--metrics-port): the registry, its
+// feed and the HTTP server, alive until the command returns.
+struct LiveMetrics {
+  telemetry::MetricRegistry registry;
+  telemetry::EngineMetrics feed{registry};
+  std::unique_ptr<telemetry::MetricsServer> server;
+};
+
+// The policy whose run --metrics-port serves: meridian, else meridian-no-forcing.
+PolicyKind observed_policy(const std::vector<PolicyKind>& policies) {
+  for (const PolicyKind p : {PolicyKind::kMeridian, PolicyKind::kMeridianNoForcing}) {
+    if (std::find(policies.begin(), policies.end(), p) != policies.end()) return p;
+  }
+  throw UsageError(
+      "--metrics-port serves the run of policy meridian (or meridian-no-forcing); --policies names "
+      "neither");
+}
+
+// Starts serving /metrics and hooks the observed run into `study`; with
+// --realtime-factor F the run sleeps so that F simulated seconds take one wall second.
+std::unique_ptr<LiveMetrics> start_live_metrics(const ReplayCliOptions& o,
+                                                const std::vector<PolicyKind>& policies,
+                                                sim::StudyOptions& study) {
+  if (!o.metrics_port) return nullptr;
+  if (!o.load_sweep.empty()) {
+    throw UsageError("--metrics-port serves one A/B run; it cannot be used with --load-sweep");
+  }
+  auto live = std::make_unique<LiveMetrics>();
+  study.observed_policy = observed_policy(policies);
+  live->server = std::make_unique<telemetry::MetricsServer>(live->registry, o.metrics_host, *o.metrics_port);
+  fmt::print(stderr, "serving metrics on {} (policy {}, seed {})\n", live->server->url(),
+             sim::to_string(study.observed_policy), study.seeds.front());
+  std::fflush(stderr);
+  study.metrics = &live->feed;
+  if (o.realtime_factor) {
+    const double factor = *o.realtime_factor;
+    study.on_time = [factor,
+                     started = std::optional<std::chrono::steady_clock::time_point>()](double sim_s) mutable {
+      if (!started) started = std::chrono::steady_clock::now();
+      std::this_thread::sleep_until(*started +
+                                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                        std::chrono::duration<double>(sim_s / factor)));
+    };
+  }
+  return live;
+}
 
 // The replay as a command line that reproduces it.
 std::string describe_command(const ReplayCliOptions& o) {
@@ -240,6 +300,8 @@ int run_replay_command(const ReplayCliOptions& o) {
   if (!o.config_files.empty()) {
     config = load_config(std::vector<fs::path>(o.config_files.begin(), o.config_files.end()));
   }
+  configure_cli_logging(config.logging);
+  log_config_loaded({o.config_files.begin(), o.config_files.end()}, config);
   const auto policies = parse_policies(o.policies);
   if (!o.trace.empty() && o.goodput) {
     throw UsageError("--goodput varies the synthetic arrival rate; it cannot be used with --trace");
@@ -251,6 +313,7 @@ int run_replay_command(const ReplayCliOptions& o) {
   study.threads = o.jobs;
   study.seeds.clear();
   for (std::uint32_t i = 0; i < o.seeds; ++i) study.seeds.push_back(o.seed + i);
+  const std::unique_ptr<LiveMetrics> live = start_live_metrics(o, policies, study);
   ProgressBar bar(!o.no_progress && isatty(STDERR_FILENO) != 0);
   study.progress = progress_to(bar);
   const fs::path out_dir(o.out_dir);
@@ -295,8 +358,26 @@ int run_replay_command(const ReplayCliOptions& o) {
   }
 
   bar.start(fmt::format("A/B: {} policies x {} seeds", policies.size(), study.seeds.size()));
+  const auto ab_started = std::chrono::steady_clock::now();
+  if (should_log(LogLevel::kInfo)) {
+    log_message(LogLevel::kInfo,
+                fmt::format("replay started: {} policies x {} seeds, workload {} ({} requests)",
+                            policies.size(), study.seeds.size(), ctx.workload, ctx.requests));
+  }
   const auto runs = sim::run_seeds(policies, study);
   bar.finish();
+  if (should_log(LogLevel::kInfo)) {
+    std::string slo;
+    for (const auto& r : runs) {
+      slo += fmt::format(" {} {:.1f}%", sim::to_string(r.policy),
+                         sim::metric_stat(r, "slo_attainment_pct").mean);
+    }
+    log_message(
+        LogLevel::kInfo,
+        fmt::format("replay finished in {:.2f} s; SLO attainment:{}; reports in {}",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - ab_started).count(), slo,
+                    out_dir.string()));
+  }
   for (const auto& r : runs) {
     write_file(out_dir / std::string(sim::to_string(r.policy)) / "report.json",
                sim::policy_report_json(r.seeds.front(), ctx));
@@ -332,6 +413,10 @@ int run_replay_command(const ReplayCliOptions& o) {
       tokens, wall, wall > 0 ? tokens / wall / 1e6 : 0.0);
   fmt::print("wrote {}/ab-report.{{json,md}}{}{} and {}/<policy>/report.json\n", out_dir.string(),
              o.goodput ? ", goodput.{json,md}" : "", o.pareto ? ", pareto.{json,md}" : "", out_dir.string());
+  std::fflush(stdout);
+  if (live && o.linger_s > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.linger_s));
+  }
   return 0;
 }
 
@@ -384,6 +469,22 @@ std::function<int()> add_replay(CLI::App& app) {
   sub->add_option("--out-dir", o->out_dir, "where reports go")->capture_default_str();
   sub->add_flag("--no-progress", o->no_progress, "no progress bar on stderr");
   sub->add_flag("--print-params", o->print_params, "print the effective replay parameters as TOML and exit");
+  CLI::Option* port =
+      sub->add_option("--metrics-port", o->metrics_port,
+                      "serve Prometheus /metrics of the A/B run of policy meridian (meridian-no-forcing when "
+                      "only that runs), first seed, live while it runs; 0 picks a free port (printed)")
+          ->transform(integer_in(0, 65535));
+  sub->add_option("--metrics-host", o->metrics_host, "address --metrics-port listens on")
+      ->capture_default_str()
+      ->needs(port);
+  sub->add_option("--realtime-factor", o->realtime_factor,
+                  "pace the observed run: F simulated seconds per wall-clock second")
+      ->check(number_in(0, kMaxRealtimeFactor, true))
+      ->needs(port);
+  sub->add_option("--linger-s", o->linger_s, "keep serving metrics S seconds after the run, then exit")
+      ->check(number_in(0, kMaxLingerS))
+      ->capture_default_str()
+      ->needs(port);
   return [o] { return run_replay_command(*o); };
 }
 

@@ -11,5 +11,9 @@ void bind_router(nanobind::module_& m);
 void bind_scheduler(nanobind::module_& m);
 /// meridian.KernelError, EntropySignal and the entropy probe's core; after bind_router (ForceReason).
 void bind_probe(nanobind::module_& m);
+/// meridian.metric_catalog, MetricRegistry, EngineMetrics; after bind_router and bind_scheduler.
+void bind_telemetry(nanobind::module_& m);
+/// meridian._meridian.configure_logging, log_level, log_format (the C++ logger).
+void bind_logging(nanobind::module_& m);
 
 }  // namespace meridian::python

@@ -76,7 +76,10 @@ void bind_config(nb::module_& m) {
       .def_rw("otlp_enabled", &TelemetryConfig::otlp_enabled)
       .def_rw("otlp_endpoint", &TelemetryConfig::otlp_endpoint)
       .def_rw("service_name", &TelemetryConfig::service_name);
-  nb::class_<LoggingConfig>(m, "LoggingConfig").def(nb::init<>()).def_rw("level", &LoggingConfig::level);
+  nb::class_<LoggingConfig>(m, "LoggingConfig")
+      .def(nb::init<>())
+      .def_rw("level", &LoggingConfig::level)
+      .def_rw("format", &LoggingConfig::format);
   nb::class_<ModelConfig>(m, "ModelConfig")
       .def(nb::init<>())
       .def_rw("name", &ModelConfig::name)

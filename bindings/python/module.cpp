@@ -64,4 +64,6 @@ NB_MODULE(_meridian, m) {
   // Registers meridian.KernelError's translator, which then takes precedence
   // over the RuntimeError one above (nanobind tries the newest first).
   meridian::python::bind_probe(m);
+  meridian::python::bind_telemetry(m);
+  meridian::python::bind_logging(m);
 }

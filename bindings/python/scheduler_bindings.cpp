@@ -202,6 +202,12 @@ void bind_plan_types(nb::module_& m) {
       .def_prop_ro("preemptions", [](const SchedulerCounters& c) { return to_list(c.preemptions); })
       .def_ro("preempted_output", &SchedulerCounters::preempted_output)
       .def_ro("preempted_think", &SchedulerCounters::preempted_think)
+      .def_prop_ro("preemptions_by_phase",
+                   [](const SchedulerCounters& c) {
+                     // [output, think] x ReclaimMode
+                     return std::vector<std::vector<std::uint64_t>>{to_list(c.preemptions_by_phase[0]),
+                                                                    to_list(c.preemptions_by_phase[1])};
+                   })
       .def_ro("stalls", &SchedulerCounters::stalls)
       .def_ro("aborted", &SchedulerCounters::aborted)
       .def_ro("livelock_releases", &SchedulerCounters::livelock_releases)
@@ -289,6 +295,9 @@ void bind_scheduler_class(nb::module_& m) {
       // Snapshots (copies taken at the call), like every counter the
       // bindings return: a value read before a step keeps its value after it.
       .def_prop_ro("counters", [](const DualQueueScheduler& s) { return s.counters(); })
+      // The last plan's stats (a copy): what the vLLM adapter's metrics read
+      // after plan_for_engine, which returns only what the adapter acts on.
+      .def_prop_ro("last_stats", [](const DualQueueScheduler& s) { return s.last_plan().stats; })
       .def_prop_ro("cost_model", [](const DualQueueScheduler& s) { return s.cost_model(); })
       .def_prop_ro("options", [](const DualQueueScheduler& s) { return s.options(); });
 }

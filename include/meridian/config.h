@@ -103,7 +103,8 @@ struct TelemetryConfig {
 
 /// [logging]
 struct LoggingConfig {
-  std::string level = "info";  ///< trace | debug | info | warn | error | off
+  std::string level = "info";   ///< trace | debug | info | warn | error | off
+  std::string format = "text";  ///< text | json (one JSON object per line)
 
   friend bool operator==(const LoggingConfig&, const LoggingConfig&) = default;
 };

@@ -24,6 +24,10 @@
 #include "meridian/sim_cost_model.h"
 #include "meridian/sim_workload.h"
 
+namespace meridian::telemetry {
+class EngineMetrics;
+}  // namespace meridian::telemetry
+
 namespace meridian::sim {
 
 enum class PolicyKind : std::uint8_t {
@@ -113,6 +117,14 @@ struct ReplayOptions {
   /// (0: never). The goodput search sets it to what already decides "below
   /// target"; the requests left open count as missing it.
   std::uint64_t stop_after_slo_misses = 0;
+  /// Live telemetry of the run (meridian/metrics.h), not owned: after every
+  /// step the router, scheduler (Meridian policies) and block manager are
+  /// mirrored and the step, phase events, answer ITL and finished requests
+  /// recorded. Null (the default) costs nothing and changes no result.
+  telemetry::EngineMetrics* metrics = nullptr;
+  /// Called after every step with the simulated time (s), e.g. to pace the
+  /// run to wall-clock time while its metrics are watched.
+  std::function<void(double)> on_time;
 };
 
 /// What happened to one request (index i holds request id i + 1).

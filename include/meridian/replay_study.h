@@ -48,6 +48,11 @@ struct StudyOptions {
   unsigned threads = 0;  ///< 0: one per hardware thread
   /// Called from worker threads, serialised, with the share of runs done.
   std::function<void(double)> progress;
+  /// Live telemetry of one run_seeds() run: the run of `observed_policy` on
+  /// the first seed gets these as ReplayOptions::metrics and ::on_time.
+  PolicyKind observed_policy = PolicyKind::kMeridian;
+  telemetry::EngineMetrics* metrics = nullptr;
+  std::function<void(double)> on_time;
 };
 
 /// One policy's runs, one per seed (in StudyOptions::seeds order). Only the

@@ -123,6 +123,8 @@ struct SchedulerCounters {
   std::uint64_t preemptions[3] = {};   ///< by ReclaimMode
   std::uint64_t preempted_output = 0;  ///< answer-phase victims (user-visible)
   std::uint64_t preempted_think = 0;
+  /// [0] answer-phase, [1] think-phase victims, by ReclaimMode (the telemetry cross).
+  std::uint64_t preemptions_by_phase[2][3] = {};
   std::uint64_t stalls = 0;
   std::uint64_t aborted = 0;
   /// Partial prefills released (recompute) because nothing ran and no prefill could move.

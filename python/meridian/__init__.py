@@ -14,6 +14,7 @@ from ._meridian import (
     BlockTier,
     DisaggConfig,
     DualQueueScheduler,
+    EngineMetrics,
     EntropyConfig,
     EntropySignal,
     FabricKind,
@@ -27,6 +28,7 @@ from ._meridian import (
     KvMemoryConfig,
     LoggingConfig,
     MeridianConfig,
+    MetricRegistry,
     ModelConfig,
     Phase,
     PhaseEvent,
@@ -58,6 +60,7 @@ from ._meridian import (
     builtin_model_presets,
     config_field_paths,
     find_default_config_file,
+    metric_catalog,
     parse_config,
     prompt_disables_thinking,
     release_kind,
@@ -65,6 +68,7 @@ from ._meridian import (
     __version__,
 )
 from .config import load_config
+from .logging_setup import configure_logging
 from .probe import EntropyProbe
 
 __all__ = [
@@ -73,6 +77,7 @@ __all__ = [
     "BlockTier",
     "DisaggConfig",
     "DualQueueScheduler",
+    "EngineMetrics",
     "EntropyConfig",
     "EntropyProbe",
     "EntropySignal",
@@ -87,6 +92,7 @@ __all__ = [
     "KvMemoryConfig",
     "LoggingConfig",
     "MeridianConfig",
+    "MetricRegistry",
     "ModelConfig",
     "Phase",
     "PhaseEvent",
@@ -117,8 +123,10 @@ __all__ = [
     "WorkKind",
     "builtin_model_presets",
     "config_field_paths",
+    "configure_logging",
     "find_default_config_file",
     "load_config",
+    "metric_catalog",
     "parse_config",
     "prompt_disables_thinking",
     "release_kind",

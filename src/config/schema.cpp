@@ -41,6 +41,7 @@ std::array<std::string_view, N> spellings(const std::array<E, N>& values) noexce
 const std::array<std::string_view, 3> kFabricChoices = spellings(kFabricKinds);
 const std::array<std::string_view, 3> kParserChoices = spellings(kParsers);
 constexpr std::array<std::string_view, 6> kLevelChoices{"trace", "debug", "info", "warn", "error", "off"};
+constexpr std::array<std::string_view, 2> kLogFormatChoices{"text", "json"};
 
 using SC = SchedulerConfig;
 constexpr std::array<Field<SC>, 16> kScheduler{{
@@ -210,8 +211,9 @@ constexpr std::array<Field<TC>, 6> kTelemetry{{
 }};
 
 using LC = LoggingConfig;
-constexpr std::array<Field<LC>, 1> kLogging{{
+constexpr std::array<Field<LC>, 2> kLogging{{
     {"level", &LC::level, none(), kLevelChoices, "log level"},
+    {"format", &LC::format, none(), kLogFormatChoices, "log line format: text or one JSON object per line"},
 }};
 
 using MC = ModelConfig;
@@ -258,6 +260,7 @@ Choices reasoning_parser_choices() { return kParserChoices; }
 std::span<const FabricKind> fabric_values() { return kFabricKinds; }
 std::span<const ReasoningParser> reasoning_parser_values() { return kParsers; }
 Choices log_level_choices() { return kLevelChoices; }
+Choices log_format_choices() { return kLogFormatChoices; }
 
 std::optional<std::string> model_name_problem(std::string_view name) {
   if (name.empty() || name.size() > kMaxModelNameBytes) {

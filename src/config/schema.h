@@ -79,6 +79,7 @@ Choices reasoning_parser_choices();
 std::span<const FabricKind> fabric_values();
 std::span<const ReasoningParser> reasoning_parser_values();
 Choices log_level_choices();
+Choices log_format_choices();
 
 /// Maximum entries in a token-id list or marker list (the router keeps them inline).
 inline constexpr std::size_t kMaxBoundaryIds = 8;

@@ -11,6 +11,13 @@
 
 namespace meridian {
 
+LogRateLimiter& sched_detail::warn_limiter(WarnKind kind) noexcept {
+  constexpr std::chrono::seconds kInterval{10};
+  static std::array<LogRateLimiter, 4> limiters{LogRateLimiter(kInterval), LogRateLimiter(kInterval),
+                                                LogRateLimiter(kInterval), LogRateLimiter(kInterval)};
+  return limiters.at(static_cast<std::size_t>(kind));
+}
+
 SchedulerOptions SchedulerOptions::from_config(const MeridianConfig& config, std::uint64_t total_kv_blocks) {
   validate_or_throw(config.scheduler);
   validate_or_throw(config.kv_memory);

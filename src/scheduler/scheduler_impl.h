@@ -29,11 +29,20 @@
 #include <stdexcept>
 #include <utility>
 
+#include "log/log_format.h"
 #include "meridian/kv_block_manager.h"
 #include "meridian/scheduler.h"
 #include "scheduler/request_table.h"
 
 namespace meridian {
+
+namespace sched_detail {
+// Warnings a step can repeat, each at most once per 10 s per process (all
+// schedulers share them) with a count of the suppressed: a stuck condition
+// must not flood the log.
+enum class WarnKind : std::uint8_t { kLivelock, kNeverFits, kStepTimeRejected, kStepTimeClamped };
+LogRateLimiter& warn_limiter(WarnKind kind) noexcept;  // dual_queue_scheduler.cpp
+}  // namespace sched_detail
 
 using sched_detail::kNil;
 using sched_detail::Queue;
@@ -280,6 +289,7 @@ struct DualQueueScheduler::Impl {
     plan.preemptions.push_back({r.id, r.phase, mode, held, c.preemptions});
     ++counters.preemptions[static_cast<std::size_t>(mode)];
     ++(r.phase == Phase::kOutputDecode ? counters.preempted_output : counters.preempted_think);
+    ++counters.preemptions_by_phase[r.phase == Phase::kOutputDecode ? 0 : 1][static_cast<std::size_t>(mode)];
     --victims_left;
     pressure = true;
     c.admitted = false;
@@ -526,6 +536,10 @@ struct DualQueueScheduler::Impl {
       victims_left = 1;
       preempt(s);
       ++counters.livelock_releases;
+      log_detail::logf_limited(sched_detail::warn_limiter(sched_detail::WarnKind::kLivelock), LogLevel::kWarn,
+                               "scheduler: livelock release: request {} preempted so request {} can finish "
+                               "its prefill ({} blocks free, {} needed)",
+                               table.at(s).id, k.id, free_blocks, need);
     }
     victims_left = cap;
     const std::uint32_t budget = std::min(std::max(plan.stats.prefill_budget_tokens, 1U), tokens_left);
@@ -616,6 +630,10 @@ struct DualQueueScheduler::Impl {
       if (table.at(s).batch_step == step) continue;  // ran after all (a later preemption freed room)
       plan.aborted.push_back(table.at(s).id);
       ++counters.aborted;
+      log_detail::logf_limited(
+          sched_detail::warn_limiter(sched_detail::WarnKind::kNeverFits), LogLevel::kWarn,
+          "scheduler: request {} aborted: it can never fit in the KV capacity of {} blocks", table.at(s).id,
+          opt.total_kv_blocks);
       drop(s);
     }
     to_abort.clear();
@@ -721,8 +739,17 @@ struct DualQueueScheduler::Impl {
   void complete(double observed_ms, std::int64_t end_ns, std::span<const RequestId> not_run) {
     if (!plan_pending) return;
     plan_pending = false;
+    const std::uint64_t clamped_before = model.clamped();
     if (!model.observe(plan.stats.total_tokens, plan.stats.kv_tokens, observed_ms)) {
       ++counters.rejected_step_times;
+      log_detail::logf_limited(sched_detail::warn_limiter(sched_detail::WarnKind::kStepTimeRejected),
+                               LogLevel::kWarn,
+                               "scheduler: step time {} ms rejected (must be finite and > 0)", observed_ms);
+    } else if (model.clamped() != clamped_before) {
+      log_detail::logf_limited(
+          sched_detail::warn_limiter(sched_detail::WarnKind::kStepTimeClamped), LogLevel::kInfo,
+          "scheduler: step time {:.3f} ms clamped in the step-cost model (predicted {:.3f} ms)", observed_ms,
+          plan.stats.predicted_step_ms);
     }
     // Bounded as the cost model bounds it, so one absurd timing cannot make
     // every think request due for the next dozens of steps.

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "meridian/entropy_probe.h"
+#include "meridian/metrics.h"
 #include "meridian/phase_router.h"
 #include "meridian/replay.h"
 #include "sim/metrics.h"
@@ -155,6 +156,8 @@ class Engine {
       }
       admit_arrivals();
       if (active_ == 0 && arrivals_.empty()) break;
+      std::chrono::steady_clock::time_point plan_started;
+      if (o_.metrics != nullptr) plan_started = std::chrono::steady_clock::now();
       const EngineStep& step = policy_->plan(now_ns_);
       handle_preemptions(step);
       handle_aborts(step);
@@ -162,6 +165,7 @@ class Engine {
         policy_->complete(cost_.step_ms({}), now_ns_);
         if (!arrivals_.empty()) {  // idle until the next arrival
           now_ns_ = std::max(now_ns_ + 1, arrivals_.top().at_ns);
+          if (o_.on_time) o_.on_time(static_cast<double>(now_ns_) / kNsPerS);
           continue;
         }
         // Requests exist but nothing can run: let time pass, and give up
@@ -180,6 +184,13 @@ class Engine {
       router_.advance_clock(now_ns_);
       emit_tokens(step);
       sample_series(step, interval_ns);
+      if (o_.metrics != nullptr) {
+        // The scheduler's CPU time for the step: plan through completion
+        // (with the engine's own bookkeeping of the step, which is small).
+        feed_metrics(step,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - plan_started).count());
+      }
+      if (o_.on_time) o_.on_time(static_cast<double>(now_ns_) / kNsPerS);
       if (o_.progress && (steps_ & 1023U) == 0) {
         o_.progress(static_cast<double>(finished_ + aborted_ + rejected_) /
                     static_cast<double>(w_.requests.size()));
@@ -260,6 +271,7 @@ class Engine {
         ++(fits ? rejected_ : aborted_);
         r.done = true;
         miss_slo(r);
+        record_request(a.id);
         continue;
       }
       const bool reasoning = spec.reasoning();
@@ -325,6 +337,7 @@ class Engine {
       router_.end(id);
       live_[id].done = true;
       miss_slo(live_[id]);
+      record_request(id);
       ++aborted_;
       --active_;
     }
@@ -389,6 +402,7 @@ class Engine {
           const auto itl = ms_between(r.last_token_ns, now_ns_);
           output_itl_.push_back(itl);
           window_itl_.push_back(itl);
+          if (o_.metrics != nullptr) o_.metrics->record_output_itl(static_cast<double>(itl) / 1000.0);
         }
         if (r.answer_emitted >= r.spec->answer_tokens) token = eos_;
       }
@@ -404,6 +418,7 @@ class Engine {
   }
 
   void on_event(const PhaseEvent& ev) {
+    if (o_.metrics != nullptr) o_.metrics->record_event(ev);
     Live& r = live_[ev.request_id];
     switch (ev.kind) {
       case PhaseEventKind::kExitThink:
@@ -434,6 +449,7 @@ class Engine {
     kv_.release(id, ReleaseKind::kFinished);
     e2e_.push_back(ms_between(r.arrival_ns, now_ns_));
     if (!outcome(id).slo_met) miss_slo(r);
+    record_request(id);
     if (r.spec->reasoning()) {
       ++reasoning_done_;
       think_counts_.push_back(static_cast<float>(r.think_emitted));
@@ -498,6 +514,38 @@ class Engine {
       series_.push_back(p);
       next_sample_ns_ += interval_ns;
     }
+  }
+
+  // Telemetry (ReplayOptions::metrics): the components' counters and this step.
+  void feed_metrics(const EngineStep& step, double schedule_s) {
+    telemetry::EngineMetrics& m = *o_.metrics;
+    StepStats stats;
+    if (const DualQueueScheduler* s = policy_->scheduler()) {
+      stats = s->last_plan().stats;
+      m.sync(*s);
+    } else {  // a baseline: its queues, no Meridian plan
+      stats.output_queue_depth = step.output_queue;
+      stats.think_queue_depth = step.think_queue;
+      stats.waiting_depth = step.waiting;
+      stats.swapped_depth = step.swapped;
+    }
+    m.record_step(stats, schedule_s);
+    m.sync(router_);
+    m.sync(kv_);
+  }
+
+  // A request finished or was given up on (turned away, aborted).
+  void record_request(RequestId id) {
+    if (o_.metrics == nullptr) return;
+    const Live& r = live_[id];
+    const RequestOutcome oc = outcome(id);
+    auto seconds = [](std::int64_t from_ns, std::int64_t to_ns) {
+      return from_ns >= 0 && to_ns >= 0 ? static_cast<double>(to_ns - from_ns) / kNsPerS : -1.0;
+    };
+    o_.metrics->record_request(
+        {seconds(r.arrival_ns, r.first_token_ns), seconds(r.arrival_ns, r.first_visible_ns),
+         seconds(r.think_end_ns, r.first_visible_ns), oc.completed ? seconds(r.arrival_ns, now_ns_) : -1.0,
+         oc.completed, oc.slo_met});
   }
 
   ReplayResult summarize();

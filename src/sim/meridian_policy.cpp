@@ -38,6 +38,7 @@ class MeridianPolicy final : public SchedulingPolicy {
   void finish(RequestId id) override { scheduler_.finish(id); }
   bool looks_up_prefix_at_arrival() const override { return false; }
   bool tiered_kv() const override { return true; }
+  const DualQueueScheduler* scheduler() const override { return &scheduler_; }
 
   const EngineStep& plan(std::int64_t now_ns) override {
     step_.items.clear();

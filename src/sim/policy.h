@@ -87,6 +87,8 @@ class SchedulingPolicy {
   [[nodiscard]] virtual bool looks_up_prefix_at_arrival() const = 0;
   /// Whether answer and reasoning blocks live in different tiers (ExitThink demotes).
   [[nodiscard]] virtual bool tiered_kv() const = 0;
+  /// The real scheduler behind the policy (Meridian), for telemetry; null for the baselines.
+  [[nodiscard]] virtual const DualQueueScheduler* scheduler() const { return nullptr; }
 };
 
 struct VllmPolicyOptions {

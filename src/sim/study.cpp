@@ -168,7 +168,12 @@ std::vector<PolicyRuns> run_seeds(const std::vector<PolicyKind>& policies, const
   parallel_for(policies.size() * seeds, o.threads, [&](std::size_t i) {
     const std::size_t p = i / seeds;
     const std::size_t s = i % seeds;
-    ReplayResult r = run_replay(workloads[s], replay_options(o, policies[p], o.params, o.seeds[s]));
+    ReplayOptions ro = replay_options(o, policies[p], o.params, o.seeds[s]);
+    if (s == 0 && policies[p] == o.observed_policy) {
+      ro.metrics = o.metrics;
+      ro.on_time = o.on_time;
+    }
+    ReplayResult r = run_replay(workloads[s], ro);
     if (s > 0) drop_samples(r);
     out[p].seeds[s] = std::move(r);
     progress.tick();

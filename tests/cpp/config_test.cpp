@@ -49,6 +49,7 @@ TEST(Config, DefaultsMatchTheReference) {
   EXPECT_FALSE(c.telemetry.otlp_enabled);
   EXPECT_EQ(c.telemetry.otlp_endpoint, "http://localhost:4318");
   EXPECT_EQ(c.logging.level, "info");
+  EXPECT_EQ(c.logging.format, "text");
   EXPECT_EQ(c.models.size(), 4U);
 }
 
@@ -137,6 +138,7 @@ otlp_endpoint = "https://collector.example:4318"
 service_name = "meridian-prod"
 [logging]
 level = "debug"
+format = "json"
 [model.custom]
 reasoning_parser = "granite"
 think_start_token_ids = [7]
@@ -159,6 +161,7 @@ supports_think_disable = true
   EXPECT_EQ(second.model("custom").think_start_markers.at(1), "I think: \"quoted\"");
   EXPECT_EQ(second.disagg.fabric, FabricKind::kMooncake);
   EXPECT_EQ(second.kv_memory.capacity_bytes, 68719476736ULL);
+  EXPECT_EQ(second.logging.format, "json");
 }
 
 TEST(Config, DefaultsRoundTripAndPrintEveryField) {

@@ -99,6 +99,10 @@ INSTANTIATE_TEST_SUITE_P(
             "[logging]\nlevel = \"verbose\"", "logging.level",
             "logging.level must be one of \"trace\", \"debug\", \"info\", \"warn\", \"error\", \"off\"; got "
             "'verbose'"},
+        BadCase{"[logging]\nformat = \"xml\"", "logging.format",
+                "logging.format must be one of \"text\", \"json\"; got 'xml'"},
+        BadCase{"[logging]\nformat = \"JSON\"", "logging.format",
+                "logging.format must be one of \"text\", \"json\"; got 'JSON'"},
         BadCase{"[scheduler]\nmax_think_tokens = -1", "scheduler.max_think_tokens",
                 "scheduler.max_think_tokens must be >= 0; got -1"},
         BadCase{"[entropy]\neat_probe_interval_tokens = 4294967296", "entropy.eat_probe_interval_tokens",

@@ -123,6 +123,7 @@ def test_memory_pressure_preempts_think_before_answers():
     assert [(p.request_id, p.mode) for p in plan.preemptions] == [(2, ReclaimMode.RECOMPUTE)]
     assert [w.request_id for w in plan.work] == [1]
     assert sched.counters.preempted_think == 1 and sched.counters.preempted_output == 0
+    assert sched.counters.preemptions_by_phase == [[0, 0, 0], [1, 0, 0]]  # [output, think] x mode
 
 
 def test_step_cost_model_learns():

@@ -25,6 +25,7 @@ import meridian
 
 from . import _setup
 from ._lp_params import RequestOverrides
+from ._telemetry import LpReporter
 
 logger = logging.getLogger("meridian.vllm")
 
@@ -172,6 +173,9 @@ class ForcingCore:
         self.default_max = int(cfg.scheduler.max_think_tokens)
         self.reap_after_s = float(cfg.scheduler.reap_idle_after_s)
         self.counters = ForcingCounters()
+        # Forced ends by reason, forced exits and fallbacks as catalog metrics
+        # (meridian.vllm._telemetry: the engine's registry when it shares this process).
+        self.reporter = LpReporter(self.counters)
         self.router: Any = None
         self.probe: Any = None
         self._by_rid: dict[int, TrackedRequest] = {}
@@ -276,6 +280,7 @@ class ForcingCore:
     def decide_and_mask(self, logits: torch.Tensor, rows: Sequence[tuple[int, TrackedRequest]]) -> None:
         """Probe the think-phase ``rows`` (logits row, request), decide, and
         mask the rows whose end of thinking is due."""
+        self.reporter.report()
         think = [(row, req) for row, req in rows if req.thinking and not req.done]
         if not think:
             return
@@ -317,6 +322,7 @@ class ForcingCore:
         if forced_rows:
             force_token(logits, forced_rows, self.end_id)
             self.counters.forced_rows += len(forced_rows)
+        self.reporter.report()
 
     def _probe(
         self, logits: torch.Tensor, think: Sequence[tuple[int, TrackedRequest]], snaps: Sequence[Any]
@@ -355,6 +361,10 @@ class ForcingCore:
         """Count an exception that left vLLM's stock behaviour in place; log
         the first one (with its traceback), count the rest silently."""
         self.counters.fallbacks += 1
+        try:
+            self.reporter.report()
+        except Exception:  # noqa: BLE001 - counting must not raise out of the fail-safe
+            pass
         if self._logged_failure:
             return
         self._logged_failure = True

@@ -4,7 +4,7 @@ its scheduler or processor is enabled.
 
 It loads Meridian's configuration ($MERIDIAN_CONFIG, ./meridian.toml,
 ~/.config/meridian/meridian.toml, else the defaults), applies its
-``[logging] level`` to the ``meridian`` loggers, and logs what it found. It
+``[logging]`` (level, format) to the ``meridian`` loggers and the C++ core, and logs what it found. It
 never raises: an invalid file is logged as an error here, and the scheduler
 and the processor, which need it, refuse to start with the same message (a
 stray meridian.toml must not stop a vLLM that does not use Meridian).
@@ -31,9 +31,9 @@ def register() -> None:
         except MeridianSetupError as e:
             logger.error("%s (meridian.vllm.Scheduler and ForceThinkEnd will not start)", e)
             return
-        level = str(config.logging.level).rsplit(".", 1)[-1].upper()
-        if level in logging.getLevelNamesMapping():
-            logging.getLogger("meridian").setLevel(level)
+        from ..logging_setup import configure_logging
+
+        configure_logging(config)  # the meridian logger and the C++ core's: [logging] level and format
         logger.debug("meridian: configuration from %s", source)
     except Exception as e:  # noqa: BLE001 - a plugin must never stop vLLM
         logger.error("meridian: plugin setup failed (%s: %s); Meridian's parts will report it when used",

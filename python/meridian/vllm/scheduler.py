@@ -38,6 +38,11 @@ vLLM's stock behaviour (the running list and budgets restored), is counted in
 stops because of Meridian. Configuration errors at start-up are raised (the
 engine does not start with a Meridian it cannot run).
 
+Metrics: every step feeds the catalog's metrics (router, scheduler, per-request
+TTFT/TTFV/TTOT/E2E/ITL/SLO, fallbacks), exported on Meridian's own port and, with
+``PROMETHEUS_MULTIPROC_DIR``, on vLLM's ``/metrics``; see ``_telemetry.py`` and
+docs/deployment.md#metrics-from-inside-vllm.
+
 Thread-safety: like vLLM's scheduler, used from the engine core's one thread.
 """
 from __future__ import annotations
@@ -53,6 +58,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.request import Request, RequestStatus
 
 from ._setup import resolve_setup, validate_extra_args
+from ._telemetry import EngineTelemetry
 
 logger = logging.getLogger("meridian.vllm")
 
@@ -61,6 +67,7 @@ _THINK = meridian.Phase.THINK_DECODE
 _EXIT_THINK = meridian.PhaseEventKind.EXIT_THINK
 _ENTER_THINK = meridian.PhaseEventKind.ENTER_THINK
 _RUNNING = RequestStatus.RUNNING
+_COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
 _UNLIMITED_BLOCKS = (1 << 63) - 1
 # The router needs the prompt only from its last think boundary on.
 _PROMPT_TAIL = 256
@@ -90,6 +97,7 @@ class _Adapter:
         self.boundary_ids = sorted(set(model.think_start_token_ids) | set(model.think_end_token_ids)
                                    | set(model.eos_token_ids) | set(model.tool_call_start_token_ids)
                                    | set(model.tool_call_end_token_ids))
+        self.think_start_ids = frozenset(model.think_start_token_ids)
         self.ids = meridian.RequestIdMap()  # vLLM request id -> Meridian id (C++, used in batch calls)
         self.mid_of: dict[str, int] = {}  # the same, for Python-side lookups
         self.requests: dict[int, Request] = {}
@@ -123,6 +131,10 @@ class _Adapter:
             "phase_exits": 0,
             "invalid_extra_args": 0,
         }
+        # Metrics: Prometheus (own port, vLLM's /metrics in multiprocess
+        # mode) and OTLP; see _telemetry.py.
+        self.telemetry = EngineTelemetry(cfg, sched.vllm_config)
+        self.step_start_ns = 0
         logger.info(
             "meridian: scheduler active (model preset %r, config %s)", setup.model_name, setup.config_source
         )
@@ -141,6 +153,7 @@ class _Adapter:
             self.log_once("extra_args", "meridian: ignoring request %s's overrides: %s", request.request_id, e)
         if overrides.get("throttle") is False:
             self.no_throttle.add(mid)
+        self.telemetry.add(mid, request.arrival_time)
         prompt = request.prompt_token_ids or []
         self.phase[mid] = self.router.begin(mid, list(prompt[-_PROMPT_TAIL:]))
         if self.phase[mid] == _THINK:  # the prompt opened the think block
@@ -152,6 +165,10 @@ class _Adapter:
         self.running_dirty = True
         if mid is None:
             return
+        r = self.requests.get(mid)
+        start = self.think_start.get(mid)
+        think_tokens = self.think_end.get(mid, -1) - start if start is not None else 0
+        self.telemetry.finished(mid, r is not None and r.status in _COMPLETED, think_tokens)
         self.requests.pop(mid, None)
         self.phase.pop(mid, None)
         self.no_throttle.discard(mid)
@@ -171,6 +188,7 @@ class _Adapter:
         self.running_dirty = True
         answer = self.phase.get(mid) == _OUTPUT
         self.stats["preempted_answer" if answer else "preempted_think"] += 1
+        self.telemetry.preempted(answer)
         if mid in self.in_core:
             self.in_core.discard(mid)
             self.core.finish(mid)
@@ -202,6 +220,7 @@ class _Adapter:
 
     def failed(self, where: str, error: BaseException) -> None:
         self.stats["fallbacks"] += 1
+        self.telemetry.fallback("scheduler")
         if where not in self.logged:
             self.logged.add(where)
             logger.error(
@@ -215,6 +234,7 @@ class _Adapter:
         """Plans the step and reorders ``sched.running``; returns the held
         requests and the token budget to use (None: vLLM's)."""
         now = time.monotonic_ns()
+        self.step_start_ns = time.time_ns()
         unplanned, order, prefill_budget, answers_active, predicted = self.core.plan_for_engine(
             self.limits, now)
         self.predicted_ms = predicted
@@ -297,12 +317,22 @@ class _Adapter:
         bound = 5 * max(self.predicted_ms, 1.0)
         observed = gap_ms if 0 < gap_ms < bound else float("nan")
         self.core.complete_step(observed, now, not_run)
+        self.telemetry.step(self.core)
+
+    def before_update(self, model_runner_output: Any) -> None:
+        """Times the step's tokens for TTFT/TTFV/ITL, before vLLM's update
+        (which frees finished requests): a token is visible when its request
+        was answering before this step and it is not a think start."""
+        if model_runner_output.sampled_token_ids:
+            self.telemetry.tokens(model_runner_output.req_ids, model_runner_output.sampled_token_ids, self.mid_of,
+                                  self.phase, _THINK, self.think_start_ids)
 
     def after_update(self, model_runner_output: Any) -> None:
         """Feeds the step's boundary tokens to the router (one batch call),
         applies phase changes, and lets requests that produced their first
         token join the C++ scheduler."""
         reqs = self.requests
+        events = []
         if model_runner_output.sampled_token_ids:
             events = engine_step_boundaries(self.router, self.ids, model_runner_output.req_ids,
                                             model_runner_output.sampled_token_ids, self.boundary_ids)
@@ -316,6 +346,7 @@ class _Adapter:
                         self.think_end[mid] = r.num_output_tokens - 1
                     if mid in self.in_core:
                         self.core.set_phase(mid, _OUTPUT)
+                    self.telemetry.think_ended(mid, time.time())
                 elif event.kind == _ENTER_THINK:
                     self.phase[mid] = _THINK
                     if r is not None:  # they start after <think>
@@ -335,6 +366,11 @@ class _Adapter:
                 self.pending.discard(rid)
                 if mid not in self.in_core:
                     self._enter_core(mid, r)
+        self.telemetry.events(events, self.core, self.step_start_ns)
+
+    def sync_metrics(self, sched: Scheduler) -> None:
+        """Mirrors the components into the metric exporters (time-gated)."""
+        self.telemetry.maybe_sync(self, sched)
 
     def _enter_core(self, mid: int, r: Request) -> None:
         phase = self.phase.get(mid)
@@ -370,7 +406,19 @@ class Scheduler(AsyncScheduler):
         out["tracked_requests"] = len(m.requests)
         out["model_preset"] = m.setup.model_name
         out["kv_blocks"] = m.kv_tiers(self.block_size)
+        out["metrics_port"] = m.telemetry.port
         return out
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()
+        finally:
+            m = self.meridian
+            if m is not None:  # closes Meridian's /metrics port, flushes OTLP
+                try:
+                    m.telemetry.shutdown()
+                except Exception as e:  # noqa: BLE001 - the fail-safe
+                    m.failed("telemetry shutdown", e)
 
     # --- vLLM's hooks -------------------------------------------------------
 
@@ -379,10 +427,12 @@ class Scheduler(AsyncScheduler):
         m = self.meridian
         if m is None:
             return
+        start = time.perf_counter_ns()
         try:
             getattr(m, hook)(*args)
         except Exception as e:  # noqa: BLE001 - the fail-safe
             m.failed(where, e)
+        m.telemetry.meridian_ns += time.perf_counter_ns() - start
 
     def add_request(self, request: Request) -> None:
         is_new = request.request_id not in self.requests
@@ -397,6 +447,7 @@ class Scheduler(AsyncScheduler):
         saved = (self.max_num_scheduled_tokens, self.max_num_running_reqs, self.max_num_active_reqs)
         before = list(self.running)
         held: list[Request] = []
+        start = time.perf_counter_ns()
         try:
             held, budget = m.before_schedule(self)
             if held:
@@ -409,6 +460,7 @@ class Scheduler(AsyncScheduler):
             self.running[:] = before
             held = []
             self.max_num_scheduled_tokens, self.max_num_running_reqs, self.max_num_active_reqs = saved
+        m.telemetry.meridian_ns += time.perf_counter_ns() - start
         try:
             out = super().schedule(throttle_prefills)
         finally:
@@ -419,8 +471,10 @@ class Scheduler(AsyncScheduler):
         return out
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        self._guarded("update_from_output (metrics)", "before_update", model_runner_output)
         outputs = super().update_from_output(scheduler_output, model_runner_output)
         self._guarded("update_from_output", "after_update", model_runner_output)
+        self._guarded("metrics export", "sync_metrics", self)
         return outputs
 
     def _preempt_request(self, request: Request, timestamp: float, drop_stale_output: bool = False) -> None:

@@ -1,0 +1,285 @@
+"""Meridian's metrics from inside vLLM (the adapter's and the logits processor's).
+
+One ``EngineTelemetry`` per ``meridian.vllm.Scheduler`` (so per engine core):
+a C++ ``MetricRegistry`` the engine loop records into (relaxed atomics; the
+per-token Python work is a dict lookup and one C++ call per visible token),
+fed by ``EngineMetrics`` from the real router and scheduler, and mirrored at
+most every ``SYNC_INTERVAL_S`` into prometheus_client objects
+(``meridian.telemetry.prometheus``) that reach the operator two ways:
+
+* Meridian's own ``/metrics`` on ``[telemetry] prometheus_host:prometheus_port``
+  (default 127.0.0.1:9464) when ``prometheus_enabled``; with several engine
+  cores (data parallel) each serves on ``prometheus_port + data_parallel_index``.
+* vLLM's own ``/metrics`` when ``PROMETHEUS_MULTIPROC_DIR`` is set for
+  ``vllm serve`` (prometheus_client's multiprocess mode; see
+  meridian.telemetry.prometheus).
+
+With ``[telemetry] otlp_enabled`` the same registry goes out over OTLP/HTTP and
+each step becomes a span (``meridian.telemetry.otlp``).
+
+Per-request times come from the adapter (wall clock, ``time.time()``, the clock
+of vLLM's ``Request.arrival_time``): TTFT = arrival to the first generated
+token; TTFV = arrival to the first visible (answer-phase) token; TTOT = the
+step that closed the think block to the first visible token; E2E = arrival to
+the request's release, for requests that finished by stop or length. A token
+counts as visible when its request was in the answer phase before the step's
+phase events (so ``</think>`` itself is not). SLO (as the replay's
+``meets_slo``): completed, TTFT <= ``SLO_TTFT_S`` (1 s, the replay's ``[slo]``
+default; the config has no TTFT bound), mean answer TPOT <= ``[scheduler]
+output_tpot_budget_ms`` and mean think TPOT <= ``think_tpot_budget_ms``.
+
+KV: vLLM owns the KV cache. Capacity bytes = the size of vLLM's KV tensors,
+used bytes = vLLM's block-pool usage times that (cached free blocks count as
+free, as in vLLM); live blocks by tier = the adapter's ``kv_tiers()``; cached
+blocks, evictions and prefix-cache counters stay 0 (vLLM's own metrics have
+them). Preemptions are vLLM's, always recompute: ``{phase, mode="recompute"}``.
+
+The logits processor (``ForceThinkEnd``) counts forced ends by reason,
+forced exits and its fail-safe fallbacks into the registry of the newest
+engine of its process (``lp_registry()``); where it runs in another process
+than the scheduler (TP > 1 worker processes), into a registry of its own whose
+values reach Prometheus only through ``PROMETHEUS_MULTIPROC_DIR``.
+
+Thread-safety: the engine core's one thread (like vLLM's scheduler).
+"""
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from typing import Any
+
+import meridian
+
+SYNC_INTERVAL_S = 0.25
+SLO_TTFT_S = 1.0
+
+_current: weakref.ref[EngineTelemetry] | None = None
+
+
+class _Times:
+    """One request's timestamps (seconds, wall clock; -1: not yet)."""
+
+    __slots__ = ("arrival", "first_token", "think_end", "first_visible", "last_visible", "visible")
+
+    def __init__(self, arrival: float) -> None:
+        self.arrival = arrival
+        self.first_token = -1.0
+        self.think_end = -1.0
+        self.first_visible = -1.0
+        self.last_visible = -1.0
+        self.visible = 0
+
+
+class EngineTelemetry:
+    """The registry, feeds and exporters of one engine core (module docstring)."""
+
+    def __init__(self, config: Any, vllm_config: Any) -> None:
+        global _current
+        self.registry = meridian.MetricRegistry()
+        self.feed = meridian.EngineMetrics(self.registry)
+        tel = config.telemetry
+        self.output_tpot_s = config.scheduler.output_tpot_budget_ms / 1000
+        self.think_tpot_s = config.scheduler.think_tpot_budget_ms / 1000
+        self.times: dict[int, _Times] = {}
+        self.next_sync = 0.0
+        self.meridian_ns = 0  # time in Meridian's code since the last recorded step
+        self.exporter: Any = None
+        self.port: int | None = None
+        self.otlp: Any = None
+        self.kv_capacity_bytes = 0.0
+        if tel.prometheus_enabled or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from meridian.telemetry.prometheus import PrometheusExporter
+
+            self.exporter = PrometheusExporter(self.registry)
+            if tel.prometheus_enabled:
+                parallel = getattr(vllm_config, "parallel_config", None)
+                index = int(getattr(parallel, "data_parallel_index", 0) or 0)
+                self.port = self.exporter.serve(tel.prometheus_host, int(tel.prometheus_port) + index)
+        if tel.otlp_enabled:
+            from meridian.telemetry.otlp import OtlpTelemetry
+
+            self.otlp = OtlpTelemetry.from_config(config, self.registry)
+        _current = weakref.ref(self)
+
+    # --- per request / per token ---------------------------------------------
+
+    def add(self, mid: int, arrival: float | None) -> None:
+        self.times[mid] = _Times(arrival if arrival else time.time())
+
+    def tokens(self, req_ids: list[str], sampled: list[list[int]], mid_of: dict[str, int], phase: dict[int, Any],
+               think_phase: Any, think_start_ids: frozenset[int]) -> None:
+        """Times one step's sampled tokens (before vLLM's update frees the
+        finished requests): the first token of each request, and its visible
+        ones: answering before this step and not a think start. One pass, one
+        C++ call per visible token (its ITL)."""
+        now = time.time()
+        times = self.times
+        itl = self.feed.record_output_itl
+        for rid, toks in zip(req_ids, sampled):
+            if not toks:
+                continue
+            mid = mid_of.get(rid)
+            t = times.get(mid)  # type: ignore[arg-type]
+            if t is None:
+                continue
+            if t.first_token < 0:
+                t.first_token = now
+            if phase.get(mid) is not think_phase and toks[0] not in think_start_ids:
+                if t.first_visible < 0:
+                    t.first_visible = now
+                else:
+                    itl(now - t.last_visible)
+                t.last_visible = now
+                t.visible += 1
+
+    def think_ended(self, mid: int, now: float) -> None:
+        t = self.times.get(mid)
+        if t is not None:
+            t.think_end = now
+
+    def finished(self, mid: int, completed: bool, think_tokens: int) -> None:
+        t = self.times.pop(mid, None)
+        if t is None:
+            return
+        now = time.time()
+        ttft = t.first_token - t.arrival if t.first_token >= 0 else -1.0
+        ttfv = t.first_visible - t.arrival if t.first_visible >= 0 else -1.0
+        ttot = t.first_visible - t.think_end if t.first_visible >= 0 and t.think_end >= 0 else -1.0
+        met = completed and 0 <= ttft <= SLO_TTFT_S
+        if met and t.visible > 1:
+            met = (t.last_visible - t.first_visible) / (t.visible - 1) <= self.output_tpot_s
+        if met and t.think_end >= 0 and think_tokens > 1 and t.first_token >= 0:
+            met = (t.think_end - t.first_token) / (think_tokens - 1) <= self.think_tpot_s
+        self.feed.record_request(ttft_s=ttft, ttfv_s=ttfv, ttot_s=ttot, e2e_s=now - t.arrival if completed else -1.0,
+                                 completed=completed, slo_met=met)
+
+    # --- per step --------------------------------------------------------------
+
+    def step(self, core: Any) -> None:
+        """After a planned step's bookkeeping: the plan's stats and the time
+        spent in Meridian's code since the last step."""
+        self.feed.record_step(core.last_stats, self.meridian_ns / 1e9)
+        self.meridian_ns = 0
+
+    def events(self, events: list[Any], core: Any, start_ns: int) -> None:
+        """After a step's output: its phase events, and OTLP's span of the step."""
+        record = self.feed.record_event
+        for event in events:
+            record(event)
+        if self.otlp is not None:
+            self.otlp.on_step(core.counters.steps, core.last_stats, events, start_ns or None, time.time_ns())
+
+    def preempted(self, answer: bool) -> None:
+        self.registry.add("meridian_preemptions_total", 1, ("output" if answer else "think", "recompute"))
+
+    def fallback(self, component: str) -> None:
+        self.registry.add("meridian_failsafe_fallbacks_total", 1, (component,))
+
+    def maybe_sync(self, adapter: Any, sched: Any, force: bool = False) -> None:
+        """Mirrors the components and the registry into the exporters, at most
+        every SYNC_INTERVAL_S."""
+        now = time.monotonic()
+        # An idle engine (nothing left to run) steps no more: export its final values now.
+        if now < self.next_sync and not force and sched.has_unfinished_requests():
+            return
+        self.next_sync = now + SYNC_INTERVAL_S
+        report_logits_processors()
+        self.feed.sync_router(adapter.router)
+        self.feed.sync_scheduler(adapter.core)
+        self._sync_kv(adapter, sched)
+        if self.exporter is not None:
+            self.exporter.sync()
+
+    def _sync_kv(self, adapter: Any, sched: Any) -> None:
+        if not self.kv_capacity_bytes:
+            tensors = getattr(getattr(sched, "kv_cache_config", None), "kv_cache_tensors", None) or []
+            self.kv_capacity_bytes = float(sum(getattr(t, "size", 0) for t in tensors))
+        reg = self.registry
+        usage = getattr(getattr(sched, "kv_cache_manager", None), "usage", 0.0) or 0.0
+        reg.set("meridian_block_manager_capacity_bytes", self.kv_capacity_bytes)
+        reg.set("meridian_block_manager_used_bytes", usage * self.kv_capacity_bytes)
+        for tier, blocks in adapter.kv_tiers(sched.block_size).items():
+            reg.set("meridian_block_manager_live_blocks", blocks, (tier,))
+
+    def shutdown(self) -> None:
+        if self.exporter is not None:
+            self.exporter.sync()
+            self.exporter.close()
+            directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+            if directory:  # this process's live gauges leave vLLM's /metrics with it
+                from prometheus_client import multiprocess
+
+                multiprocess.mark_process_dead(os.getpid(), directory)
+        if self.otlp is not None:
+            self.otlp.shutdown()
+            self.otlp = None
+
+
+# --- the logits processor's counters ---------------------------------------------
+
+_lp_fallback: Any = None
+
+
+def lp_registry() -> tuple[Any, Any]:
+    """(registry, exporter to sync or None) the logits processor records into:
+    the newest engine's of this process, else one of its own (module docstring)."""
+    global _lp_fallback
+    engine = _current() if _current is not None else None
+    if engine is not None:
+        return engine.registry, None
+    if _lp_fallback is None:
+        registry = meridian.MetricRegistry()
+        exporter = None
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from meridian.telemetry.prometheus import PrometheusExporter
+
+            exporter = PrometheusExporter(registry)
+        _lp_fallback = (registry, exporter)
+    return _lp_fallback
+
+
+_reporters: weakref.WeakSet[LpReporter] = weakref.WeakSet()
+
+
+def report_logits_processors() -> None:
+    """Pushes every logits processor of this process's counters now."""
+    for reporter in list(_reporters):
+        reporter.report()
+
+
+class LpReporter:
+    """Pushes a ForcingCounters' increases into ``lp_registry()``. Called by
+    the processor every step: a few integer comparisons, and a push (plus,
+    in a process without an engine, an export) only when a count moved,
+    which is once per force or fallback, so the last ones are never held
+    back by a timer."""
+
+    def __init__(self, counters: Any) -> None:
+        self.counters = counters
+        _reporters.add(self)
+        self.sent_forced: dict[str, int] = {}
+        self.sent_landed = 0
+        self.sent_fallbacks = 0
+
+    def report(self) -> None:
+        counters = self.counters
+        moved = counters.forced_landed != self.sent_landed or counters.fallbacks != self.sent_fallbacks or any(
+            n != self.sent_forced.get(reason, 0) for reason, n in counters.forced.items())
+        if not moved:
+            return
+        registry, exporter = lp_registry()
+        for reason, n in counters.forced.items():
+            delta = n - self.sent_forced.get(reason, 0)
+            if delta > 0:
+                registry.add("meridian_budget_force_triggered_total", delta, (reason,))
+            self.sent_forced[reason] = n
+        if counters.forced_landed > self.sent_landed:
+            registry.add("meridian_budget_forced_exits_total", counters.forced_landed - self.sent_landed)
+        self.sent_landed = counters.forced_landed
+        if counters.fallbacks > self.sent_fallbacks:
+            registry.add("meridian_failsafe_fallbacks_total", counters.fallbacks - self.sent_fallbacks,
+                         ("logits_processor",))
+        self.sent_fallbacks = counters.fallbacks
+        if exporter is not None:
+            exporter.sync()

@@ -1,0 +1,168 @@
+"""The metric catalog, MetricRegistry and EngineMetrics through Python: what
+the vLLM plugin's exporters read and fill. Names and label values are strings;
+anything not in the catalog is a ValueError naming it."""
+import math
+import threading
+
+import pytest
+
+import meridian
+from meridian import EngineMetrics, MetricRegistry, metric_catalog
+
+THINK, END_THINK, IM_END = 151667, 151668, 151645
+WORD = 785
+
+
+def series(registry, name):
+    (family,) = [f for f in registry.snapshot() if f["name"] == name]
+    return family
+
+
+def test_catalog_lists_every_metric_with_its_shape():
+    catalog = metric_catalog()
+    names = [m["name"] for m in catalog]
+    assert len(names) == len(set(names)) >= 40
+    for m in catalog:
+        assert m["name"].startswith("meridian_") and "vllm" not in m["name"]
+        assert m["type"] in ("counter", "gauge", "histogram")
+        assert (m["type"] == "counter") == m["name"].endswith("_total")
+        assert (m["type"] == "histogram") == bool(m["buckets"])
+        assert m["buckets"] == sorted(m["buckets"])
+        assert m["help"] and m["source"] and m["action"] and m["unit"]
+        for label, values in m["labels"]:
+            assert label and values and all(isinstance(v, str) for v in values)
+    preemptions = {m["name"]: m for m in catalog}["meridian_preemptions_total"]
+    assert preemptions["labels"] == [("phase", ["output", "think"]), ("mode", ["recompute", "swap", "offload"])]
+
+
+def test_snapshot_has_every_series_of_every_family():
+    registry = MetricRegistry()
+    snap = registry.snapshot()
+    assert [f["name"] for f in snap] == [m["name"] for m in metric_catalog()]
+    for family, spec in zip(snap, metric_catalog()):
+        assert family["type"] == spec["type"]
+        expected = math.prod(len(values) for _, values in spec["labels"])
+        assert len(family["series"]) == expected
+        combos = {tuple(s["labels"][name] for name, _ in spec["labels"]) for s in family["series"]}
+        assert len(combos) == expected
+        for s in family["series"]:
+            assert s["value"] == 0 and s["count"] == 0
+            if spec["type"] == "histogram":
+                assert len(s["bucket_counts"]) == len(spec["buckets"]) + 1
+
+
+def test_add_set_observe_value():
+    r = MetricRegistry()
+    r.add("meridian_preemptions_total", 2, ("think", "recompute"))
+    r.add("meridian_preemptions_total", 1, labels=("think", "recompute"))
+    assert r.value("meridian_preemptions_total", ("think", "recompute")) == 3
+    assert r.value("meridian_preemptions_total", ("output", "recompute")) == 0
+    r.set("meridian_scheduler_steps_total", 10)
+    r.set("meridian_scheduler_steps_total", 4)  # a mirrored total never goes back
+    assert r.value("meridian_scheduler_steps_total") == 10
+    r.set("meridian_queue_depth", 7, ("think",))
+    r.set("meridian_queue_depth", 2, ("think",))
+    assert r.value("meridian_queue_depth", ("think",)) == 2
+    r.observe("meridian_scheduler_batch_size", 3, ("output",))
+    r.observe("meridian_scheduler_batch_size", 2000, ("output",))
+    assert r.value("meridian_scheduler_batch_size", ("output",)) == 2
+    (s,) = [s for s in series(r, "meridian_scheduler_batch_size")["series"] if s["labels"] == {"phase": "output"}]
+    # Buckets 1, 2, 4, ...: 3 lands in le=4 (index 2), 2000 in +Inf (last); not cumulative.
+    assert s["bucket_counts"][2] == 1 and s["bucket_counts"][-1] == 1 and sum(s["bucket_counts"]) == 2
+    assert s["sum"] == 2003 and s["count"] == 2
+    assert r.misuse_count() == 0
+
+
+@pytest.mark.parametrize(
+    "call, needle",
+    [
+        (lambda r: r.add("meridian_nope_total", 1), "meridian_nope_total"),
+        (lambda r: r.add("meridian_preemptions_total", 1, ("think", "teleport")), "teleport"),
+        (lambda r: r.add("meridian_preemptions_total", 1, ("think",)), "meridian_preemptions_total"),
+        (lambda r: r.add("meridian_queue_depth", 1, ("think",)), "gauge"),
+        (lambda r: r.add("meridian_scheduler_steps_total", -1), "delta"),
+        (lambda r: r.set("meridian_request_ttft_seconds", 1), "histogram"),
+        (lambda r: r.observe("meridian_scheduler_steps_total", 1), "counter"),
+        (lambda r: r.value("meridian_queue_depth", ("nowhere",)), "nowhere"),
+    ],
+)
+def test_bad_names_values_and_calls_are_value_errors(call, needle):
+    r = MetricRegistry()
+    with pytest.raises(ValueError, match=needle):
+        call(r)
+    assert all(s["value"] == 0 for f in r.snapshot() for s in f["series"])
+
+
+def test_engine_metrics_feeds_from_the_real_router_scheduler_and_block_manager():
+    cfg = meridian.parse_config("[scheduler]\nmin_think_tokens = 1\nmax_think_tokens = 4\n")
+    router = meridian.PhaseRouter(cfg, "qwen3")
+    registry = MetricRegistry()
+    metrics = EngineMetrics(registry)
+    router.begin(1)
+    for token in (THINK, WORD, WORD, WORD, WORD, WORD, END_THINK, WORD, IM_END):
+        event = router.on_token(1, token)
+        if event is not None:
+            metrics.record_event(event)
+    metrics.sync_router(router)
+    assert registry.value("meridian_phase_transitions_total", ("enter_think",)) == 1
+    assert registry.value("meridian_phase_transitions_total", ("exit_think",)) == 1
+    assert registry.value("meridian_budget_force_triggered_total", ("hard_cap",)) == 1
+    assert registry.value("meridian_requests_completed_total", ("eos",)) == 1
+    assert registry.value("meridian_think_tokens_per_request") == 1
+
+    num_blocks = 64
+    kv = meridian.KvBlockManager(
+        meridian.KvBlockManagerOptions.from_config(cfg, num_blocks * cfg.kv_memory.block_size_bytes)
+    )
+    sched = meridian.DualQueueScheduler(
+        meridian.SchedulerOptions.from_config(cfg, num_blocks), meridian.StepCostModel.from_config(cfg.scheduler)
+    )
+    sched.add(7, 32)
+    driver = meridian.StepDriver(sched, kv)
+    plan = driver.plan(meridian.StepLimits(), 0)
+    metrics.record_step(plan.stats, 2e-5)
+    sched.complete_step(10.0, 10_000_000)
+    metrics.sync_scheduler(sched)
+    metrics.sync_kv(kv)
+    assert registry.value("meridian_scheduler_steps_total") == 1
+    assert registry.value("meridian_scheduler_scheduled_tokens_total") == 32
+    assert registry.value("meridian_scheduler_batch_size", ("prefill",)) == 1
+    assert sched.counters.preemptions_by_phase == [[0, 0, 0], [0, 0, 0]]
+    assert registry.value("meridian_schedule_batch_duration_seconds") == 1
+    assert registry.value("meridian_block_manager_used_bytes") > 0
+    assert registry.value("meridian_block_manager_capacity_bytes") == num_blocks * cfg.kv_memory.block_size_bytes
+    with pytest.raises(ValueError, match="carrier-pigeon"):
+        metrics.sync_kv(kv, "carrier-pigeon")
+    metrics.sync_kv(kv, "nixl")
+
+    metrics.record_output_itl(0.02)
+    metrics.record_request(ttft_s=0.1, ttfv_s=0.5, ttot_s=0.01, e2e_s=2.0, completed=True, slo_met=True)
+    metrics.record_request(ttft_s=0.2)  # given up on: a miss
+    assert registry.value("meridian_output_itl_seconds") == 1
+    assert registry.value("meridian_request_ttft_seconds") == 2
+    assert registry.value("meridian_request_e2e_seconds") == 1
+    assert registry.value("meridian_slo_requests_total", ("met",)) == 1
+    assert registry.value("meridian_slo_requests_total", ("missed",)) == 1
+    assert registry.misuse_count() == 0
+
+
+def test_engine_metrics_keeps_its_registry_alive():
+    metrics = EngineMetrics(MetricRegistry())
+    metrics.record_request(ttft_s=0.1, completed=True, slo_met=True)  # no crash: the registry lives on
+
+
+def test_concurrent_adds_from_python_threads_lose_nothing():
+    r = MetricRegistry()
+
+    def work():
+        for _ in range(2000):
+            r.add("meridian_vocab_fallback_total", 1)
+            r.observe("meridian_output_itl_seconds", 0.01)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert r.value("meridian_vocab_fallback_total") == 8000
+    assert r.value("meridian_output_itl_seconds") == 8000
