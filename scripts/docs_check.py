@@ -28,6 +28,9 @@
    and each "Valid range" the checker can read is probed through `meridian check-config`:
    values just outside a bound are rejected naming the field, the bounds themselves (or
    values just inside) are accepted, and float fields reject inf and nan.
+3. The metric catalog table in docs/operations.md (between <!-- metric-catalog:begin --> and
+   <!-- metric-catalog:end -->) is exactly the one rendered from meridian.metric_catalog(), the
+   C++ catalog through the Python binding; `--write-metric-catalog` regenerates it.
 """
 
 from __future__ import annotations
@@ -463,6 +466,80 @@ class CliSchema:
         return [re.sub(r"\[\d+\]$", "", p) for p in named]
 
 
+# ---- The metric catalog table ------------------------------------------------------------
+
+CATALOG_BEGIN = "<!-- metric-catalog:begin -->"
+CATALOG_END = "<!-- metric-catalog:end -->"
+CATALOG_DOC = "docs/operations.md"
+CATALOG_HEADER = ("| Metric | Type | Labels | Unit | Meaning | Operator action |\n"
+                  "|---|---|---|---|---|---|")
+
+
+def _cell(text: str) -> str:
+    """One table cell: whitespace collapsed, pipes escaped, `<`/`>` as entities (`</think>` is no tag)."""
+    return " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render_metric_catalog(catalog: Iterable[dict]) -> str:
+    """The Markdown table for meridian.metric_catalog() (one row per metric, catalog order)."""
+    rows = [CATALOG_HEADER]
+    for metric in catalog:
+        labels = "; ".join(f"`{name}`: " + ", ".join(f"`{v}`" for v in values) for name, values in metric["labels"])
+        rows.append(f"| `{metric['name']}` | {metric['type']} | {labels or '—'} | {_cell(metric['unit'])} | "
+                    f"{_cell(metric['help'])} | {_cell(metric['action'])} |")
+    return "\n".join(rows)
+
+
+def _catalog_span(text: str) -> tuple[int, int] | None:
+    """Offsets of the text between the markers, or None when they are missing or out of order."""
+    begin, end = text.find(CATALOG_BEGIN), text.find(CATALOG_END)
+    if begin < 0 or end < begin or text.count(CATALOG_BEGIN) != 1 or text.count(CATALOG_END) != 1:
+        return None
+    return begin + len(CATALOG_BEGIN), end
+
+
+def check_metric_catalog(doc_text: str, doc_name: str, catalog: Iterable[dict]) -> list[Failure]:
+    """The table between the markers must be exactly what render_metric_catalog() makes."""
+    span = _catalog_span(doc_text)
+    if span is None:
+        return [Failure(doc_name, f"needs exactly one {CATALOG_BEGIN} ... {CATALOG_END} pair around the "
+                                  "metric catalog table")]
+    start, stop = span
+    shown = doc_text[start:stop].strip("\n").splitlines()
+    wanted = render_metric_catalog(catalog).splitlines()
+    if shown == wanted:
+        return []
+    first_line = doc_text[:start].count("\n") + 2  # the line after the begin marker
+    for i, (got, want) in enumerate(zip(shown, wanted)):
+        if got != want:
+            where, detail = f"{doc_name}:{first_line + i}", f"shows\n  {got}\nbut the catalog gives\n  {want}"
+            break
+    else:
+        where = f"{doc_name}:{first_line + min(len(shown), len(wanted))}"
+        detail = f"has {len(shown)} lines but the catalog gives {len(wanted)}"
+    return [Failure(where, f"the metric catalog table differs from meridian.metric_catalog(): it {detail}\n"
+                           "  regenerate it: scripts/docs_check.py --write-metric-catalog")]
+
+
+def write_metric_catalog(doc_text: str, catalog: Iterable[dict]) -> str:
+    """doc_text with the table between the markers replaced by the catalog's."""
+    span = _catalog_span(doc_text)
+    if span is None:
+        raise DocsCheckError(f"{CATALOG_DOC} needs exactly one {CATALOG_BEGIN} ... {CATALOG_END} pair")
+    start, stop = span
+    return doc_text[:start] + "\n" + render_metric_catalog(catalog) + "\n" + doc_text[stop:]
+
+
+def installed_metric_catalog() -> list[dict]:
+    """meridian.metric_catalog() from the installed package (make docs-check installs it first)."""
+    try:
+        import meridian as package  # noqa: PLC0415
+    except ImportError as error:
+        raise DocsCheckError(f"the meridian package is not importable ({error}): run `make test-package` "
+                             "(make docs-check does) to check the metric catalog") from error
+    return list(package.metric_catalog())
+
+
 # ---- Main -----------------------------------------------------------------------------
 
 
@@ -501,10 +578,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="the build whose bin/meridian the docs' build/bin/meridian means (default: build)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds one block may run")
     parser.add_argument("--dry-run", action="store_true", help="list the commands, run nothing")
-    parser.add_argument("--no-commands", action="store_true", help="only check the configuration reference")
+    parser.add_argument("--no-commands", action="store_true",
+                        help="only check the references (configuration, metric catalog)")
     parser.add_argument("--no-config", action="store_true", help="only run the commands")
+    parser.add_argument("--write-metric-catalog", action="store_true",
+                        help=f"regenerate the metric catalog table in {CATALOG_DOC} from meridian.metric_catalog() "
+                             "and exit")
     parser.add_argument("files", nargs="*", type=pathlib.Path, help="Markdown files (default: README.md, docs/)")
     args = parser.parse_args(argv)
+    if args.write_metric_catalog:
+        doc = REPO / CATALOG_DOC
+        try:
+            doc.write_text(write_metric_catalog(doc.read_text(encoding="utf-8"), installed_metric_catalog()),
+                           encoding="utf-8")
+        except DocsCheckError as error:
+            print(f"docs-check: {error}", file=sys.stderr)
+            return 1
+        print(f"docs-check: wrote the metric catalog table in {CATALOG_DOC}")
+        return 0
     build_dir = (REPO / args.build_dir).resolve()
     meridian = build_dir / "bin" / "meridian"
     if not args.dry_run and not meridian.exists():
@@ -528,6 +619,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"{schema.probes} range probes through check-config")
             except DocsCheckError as error:
                 failures.append(Failure("docs-check", str(error)))
+        print(f"docs-check: {CATALOG_DOC} metric catalog against meridian.metric_catalog()")
+        try:
+            failures += check_metric_catalog((REPO / CATALOG_DOC).read_text(encoding="utf-8"), CATALOG_DOC,
+                                             installed_metric_catalog())
+        except DocsCheckError as error:
+            failures.append(Failure("docs-check", str(error)))
     for failure in failures:
         print(f"\ndocs-check: {failure}", file=sys.stderr)
     verdict = f"{len(failures)} problem{'s' if len(failures) != 1 else ''}" if failures else "all passed"

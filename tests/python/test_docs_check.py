@@ -165,3 +165,65 @@ def test_range_the_parser_does_not_enforce_is_reported():
 ])
 def test_range_probes(cell, integer, probes):
     assert docs_check.range_probes(cell, integer) == probes
+
+
+# ---- The metric catalog table (docs/operations.md against meridian.metric_catalog()) ----------
+
+SMALL_CATALOG = [
+    {"name": "meridian_queue_depth", "type": "gauge", "unit": "requests",
+     "labels": [("queue", ["output", "think"])], "buckets": [], "help": "Requests in each queue.",
+     "source": "StepPlan::stats", "action": "think | output: compare."},
+    {"name": "meridian_budget_forced_exits_total", "type": "counter", "unit": "events", "labels": [],
+     "buckets": [], "help": "Closed while a forced </think> was pending.", "source": "PhaseRouter",
+     "action": "Informational."},
+]
+
+
+def catalog_doc(table: str) -> str:
+    return f"# Operations\n\nIntro.\n\n{docs_check.CATALOG_BEGIN}\n{table}\n{docs_check.CATALOG_END}\n\n## Alerts\n"
+
+
+def test_metric_catalog_table_is_rendered_from_the_catalog():
+    table = docs_check.render_metric_catalog(SMALL_CATALOG).splitlines()
+    assert table[0] == "| Metric | Type | Labels | Unit | Meaning | Operator action |"
+    assert table[2] == ("| `meridian_queue_depth` | gauge | `queue`: `output`, `think` | requests | "
+                        "Requests in each queue. | think \\| output: compare. |")
+    assert table[3] == ("| `meridian_budget_forced_exits_total` | counter | — | events | "
+                        "Closed while a forced &lt;/think&gt; was pending. | Informational. |")
+
+
+def test_metric_catalog_table_matching_the_catalog_passes():
+    doc = catalog_doc(docs_check.render_metric_catalog(SMALL_CATALOG))
+    assert docs_check.check_metric_catalog(doc, "ops.md", SMALL_CATALOG) == []
+
+
+def test_metric_catalog_drift_is_reported_with_the_line_and_the_fix():
+    doc = catalog_doc(docs_check.render_metric_catalog(SMALL_CATALOG).replace("| gauge |", "| counter |"))
+    [failure] = docs_check.check_metric_catalog(doc, "ops.md", SMALL_CATALOG)
+    assert failure.where == "ops.md:8"  # the row of meridian_queue_depth
+    assert "| counter |" in failure.message and "| gauge |" in failure.message
+    assert "--write-metric-catalog" in failure.message
+    # A metric the docs lack (the catalog grew) is reported too.
+    grown = SMALL_CATALOG + [dict(SMALL_CATALOG[1], name="meridian_new_total")]
+    [failure] = docs_check.check_metric_catalog(doc.replace("| counter |", "| gauge |", 1), "ops.md", grown)
+    assert "has 4 lines but the catalog gives 5" in failure.message
+
+
+def test_metric_catalog_markers_are_required_and_write_regenerates_the_table():
+    [failure] = docs_check.check_metric_catalog("# Operations\n| table |\n", "ops.md", SMALL_CATALOG)
+    assert "metric-catalog:begin" in failure.message
+    with pytest.raises(docs_check.DocsCheckError):
+        docs_check.write_metric_catalog("no markers", SMALL_CATALOG)
+    stale = catalog_doc("| old | table |")
+    fresh = docs_check.write_metric_catalog(stale, SMALL_CATALOG)
+    assert fresh.startswith("# Operations\n\nIntro.\n\n") and fresh.endswith("\n\n## Alerts\n")
+    assert docs_check.check_metric_catalog(fresh, "ops.md", SMALL_CATALOG) == []
+    assert docs_check.write_metric_catalog(fresh, SMALL_CATALOG) == fresh  # idempotent
+
+
+def test_operations_doc_matches_the_installed_catalog():
+    """What `make docs-check` checks, on the real docs and the real binding."""
+    import meridian
+
+    text = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert docs_check.check_metric_catalog(text, "docs/operations.md", meridian.metric_catalog()) == []
