@@ -40,6 +40,12 @@ RATIOS = [
      "BM_ProbeReference/16", "BM_ProbeKernel/16", "(context)"),
     ("probe kernel / streaming read, 16 rows x 151,936 (time ratio; 1/x = share of bandwidth)",
      "BM_ProbeKernel/16", "BM_ProbeStreamRead/16", "<= 1.43 (>= 70% of bandwidth)"),
+    ("prometheus-cpp histogram observe / registry observe, ITL (1 thread)",
+     "BM_PrometheusCppHistogramObserve/real_time/threads:1", "BM_RegistryObserveItl/real_time/threads:1", "(context)"),
+    ("prometheus-cpp histogram observe / registry observe, ITL (2 threads)",
+     "BM_PrometheusCppHistogramObserve/real_time/threads:2", "BM_RegistryObserveItl/real_time/threads:2", "(context)"),
+    ("prometheus-cpp counter increment / registry counter add (2 threads)",
+     "BM_PrometheusCppCounterIncrement/real_time/threads:2", "BM_RegistryCounterAdd/real_time/threads:2", "(context)"),
 ]
 
 # (label, benchmark, counter, target description): absolute per-step

@@ -747,7 +747,7 @@ struct DualQueueScheduler::Impl {
                                "scheduler: step time {} ms rejected (must be finite and > 0)", observed_ms);
     } else if (model.clamped() != clamped_before) {
       log_detail::logf_limited(
-          sched_detail::warn_limiter(sched_detail::WarnKind::kStepTimeClamped), LogLevel::kInfo,
+          sched_detail::warn_limiter(sched_detail::WarnKind::kStepTimeClamped), LogLevel::kDebug,
           "scheduler: step time {:.3f} ms clamped in the step-cost model (predicted {:.3f} ms)", observed_ms,
           plan.stats.predicted_step_ms);
     }

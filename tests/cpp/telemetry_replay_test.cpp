@@ -66,6 +66,27 @@ TEST(TelemetryReplay, LiveMetricsMatchTheReportAndObservingChangesNothing) {
             registry.value(MetricId::kPhaseTransitions, {1}));
   EXPECT_GT(registry.value(MetricId::kBlockManagerCapacityBytes), 0);
   EXPECT_GT(registry.value(MetricId::kScheduleBatchDuration), 0);
+  // The real forcing policy (EntropyProbe through the router): forces by reason
+  // move exactly where the report saw forced ends of that reason.
+  const char* const reasons[] = {"forced_converged_pct", "forced_overthinking_pct", "forced_hard_cap_pct"};
+  double forces = 0;
+  for (std::uint8_t reason = 0; reason < 3; ++reason) {
+    const double issued = registry.value(MetricId::kBudgetForceTriggered, {reason});
+    EXPECT_EQ(issued > 0, r.metric(reasons[reason]) > 0) << reasons[reason];
+    forces += issued;
+  }
+  EXPECT_GT(forces, 0);
+  // KV and preemption counters equal the report's.
+  double preemptions = 0;
+  for (std::uint8_t phase = 0; phase < 2; ++phase) {
+    for (std::uint8_t mode = 0; mode < 3; ++mode)
+      preemptions += registry.value(MetricId::kPreemptions, {phase, mode});
+  }
+  EXPECT_EQ(preemptions, r.metric("preemptions"));
+  EXPECT_EQ(registry.value(MetricId::kBlockManagerEvictions, {0}), r.metric("evictions_think_complete"));
+  EXPECT_EQ(registry.value(MetricId::kBlockManagerEvictions, {1}), r.metric("evictions_think_active"));
+  EXPECT_EQ(registry.value(MetricId::kBlockManagerEvictions, {2}), r.metric("evictions_output_critical"));
+  EXPECT_EQ(registry.value(MetricId::kOutputCriticalEvictions), r.metric("output_critical_eviction_events"));
   EXPECT_EQ(registry.misuse_count(), 0U);
 }
 
