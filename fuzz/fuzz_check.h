@@ -2,6 +2,8 @@
 // libFuzzer saves the input as a crash (fuzz/regressions/ keeps the fixed ones).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -33,6 +35,24 @@ inline void check(bool ok, std::string_view what) {
   message += e.what();
   std::free(name);  // NOLINT(cppcoreguidelines-no-malloc): __cxa_demangle's buffer
   finding(message);
+}
+
+/// Every entry point's body: runs `harness` on one input, and turns an
+/// exception that escapes it (the surface's allowed error is caught inside)
+/// into a finding. Returns libFuzzer's "input processed".
+template <typename Harness>
+int run_input(Harness&& harness) {
+  try {
+    harness();
+  } catch (const std::exception& e) {
+    unexpected(e);
+  }
+  return 0;
+}
+
+/// The input as text, for the harnesses of text formats.
+inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
+  return {reinterpret_cast<const char*>(data), size};
 }
 
 }  // namespace meridian::fuzz

@@ -272,10 +272,5 @@ void run(const std::uint8_t* data, std::size_t size) {
 
 // NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  try {
-    meridian::fuzz::run(data, size);
-  } catch (const std::exception& e) {
-    meridian::fuzz::unexpected(e);
-  }
-  return 0;
+  return meridian::fuzz::run_input([&] { meridian::fuzz::run(data, size); });
 }

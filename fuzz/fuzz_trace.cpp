@@ -56,10 +56,5 @@ void run(std::string_view text) {
 
 // NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  try {
-    meridian::fuzz::run(std::string_view(reinterpret_cast<const char*>(data), size));
-  } catch (const std::exception& e) {
-    meridian::fuzz::unexpected(e);
-  }
-  return 0;
+  return meridian::fuzz::run_input([&] { meridian::fuzz::run(meridian::fuzz::as_text(data, size)); });
 }
