@@ -220,7 +220,9 @@ def test_operations_doc_lists_every_panel_query_and_alert():
     for title, expr in dashboard_targets():
         assert expr in promql, f"docs/operations.md does not show the PromQL of {title!r}: {expr}"
     alerts = text.split("## Alerts")[1].split("\n## ")[0]
-    rows = {row.split("|")[1].strip().strip("`"): row for row in alerts.splitlines() if row.startswith("| `Meridian")}
+    # A `|` inside a table cell is written `\|` (GitHub tables); the row compares unescaped.
+    rows = {row.split("|")[1].strip().strip("`"): row.replace("\\|", "|")
+            for row in alerts.splitlines() if row.startswith("| `Meridian")}
     for rule in alert_rules():
         row = rows.get(rule["alert"])
         assert row, f"docs/operations.md#alerts has no row for {rule['alert']}"
