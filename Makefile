@@ -125,6 +125,7 @@ bench: setup
 	@$(PYTHON) benchmarks/run_microbench.py --binary $(BUILD_DIR)-release/bin/meridian-microbench \
 	  --out bench-out/microbench.json
 	@$(PYTHON) benchmarks/run_probe_bench.py --cli $(BUILD_DIR)-release/bin/meridian --out bench-out/probe.json
+	@$(PYTHON) benchmarks/fabric_loopback_bench.py --out bench-out/fabric-loopback.json >/dev/null
 
 # Only what the demo needs: the CLI and its libraries (no test or lint tools), then the
 # replay on the default workload over five seeds: each policy's goodput, the A/B table at the

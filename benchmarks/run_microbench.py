@@ -46,6 +46,14 @@ RATIOS = [
      "BM_PrometheusCppHistogramObserve/real_time/threads:2", "BM_RegistryObserveItl/real_time/threads:2", "(context)"),
     ("prometheus-cpp counter increment / registry counter add (2 threads)",
      "BM_PrometheusCppCounterIncrement/real_time/threads:2", "BM_RegistryCounterAdd/real_time/threads:2", "(context)"),
+    # MRDN v1 codec (items = frames): how far BLAKE3 keeps encode/decode from a plain copy.
+    ("MRDN encode / memcpy, 16 KiB body", "BM_MrdnEncode/16384", "BM_Memcpy/16384", "(context)"),
+    ("MRDN encode / memcpy, 1 MiB body", "BM_MrdnEncode/1048576", "BM_Memcpy/1048576", "(context)"),
+    ("MRDN decode (verify) / memcpy, 16 KiB body", "BM_MrdnDecode/16384", "BM_Memcpy/16384", "(context)"),
+    ("MRDN decode (verify) / memcpy, 1 MiB body", "BM_MrdnDecode/1048576", "BM_Memcpy/1048576", "(context)"),
+    ("MRDN decode (verify) / BLAKE3 alone, 1 MiB body", "BM_MrdnDecode/1048576", "BM_Blake3Checksum/1048576",
+     "(context)"),
+    ("MRDN decode_batch / memcpy, 64 x 16 KiB frames", "BM_MrdnDecodeBatch", "BM_MemcpyBatch", "(context)"),
 ]
 
 # (label, benchmark, counter, target description): absolute per-step

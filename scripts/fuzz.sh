@@ -34,8 +34,10 @@ declare -A dicts=(
   [fuzz_router]=""
   [fuzz_kv_blocks]=""
   [fuzz_scheduler]=""
+  [fuzz_mrdn]=fuzz/dict/mrdn.dict
 )
-harnesses=(fuzz_config fuzz_replay_params fuzz_trace fuzz_tokenizer_vocab fuzz_router fuzz_kv_blocks fuzz_scheduler)
+harnesses=(fuzz_config fuzz_replay_params fuzz_trace fuzz_tokenizer_vocab fuzz_router fuzz_kv_blocks fuzz_scheduler
+           fuzz_mrdn)
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

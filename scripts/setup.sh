@@ -12,7 +12,8 @@ packages_file=${1:-scripts/apt-packages.txt}
 shift || true
 requirements_files=("$@")
 if ((${#requirements_files[@]} == 0)); then
-  requirements_files=(requirements-dev.txt requirements-vllm.txt requirements-vllm-nodeps.txt)
+  requirements_files=(requirements-dev.txt requirements-vllm.txt requirements-vllm-nodeps.txt
+    requirements-fabrics-nodeps.txt)
 fi
 
 missing=()

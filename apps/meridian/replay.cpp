@@ -5,6 +5,7 @@
 //                   [--goodput] [--pareto] [--load-sweep R1,R2,...] [--out-dir DIR]
 //                   [--no-progress] [--print-params]
 //                   [--metrics-port P [--metrics-host H] [--realtime-factor F] [--linger-s S]]
+//                   [--disagg-fabric nixl|mooncake [--disagg-bandwidth-gbps X] [--disagg-latency-us Y]]
 #include "meridian/replay.h"
 
 #include <algorithm>
@@ -70,6 +71,9 @@ struct ReplayCliOptions {
   std::string metrics_host = "127.0.0.1";
   std::optional<double> realtime_factor;
   double linger_s = 0;
+  std::optional<std::string> disagg_fabric;
+  std::optional<double> disagg_bandwidth_gbps;
+  std::optional<double> disagg_latency_us;
 };
 
 // Live Prometheus metrics of one A/B run (--metrics-port): the registry, its
@@ -133,6 +137,9 @@ std::string describe_command(const ReplayCliOptions& o) {
   if (o.model != "qwen3") c += fmt::format(" --model {}", o.model);
   if (o.goodput) c += " --goodput";
   if (o.pareto) c += " --pareto";
+  if (o.disagg_fabric) c += fmt::format(" --disagg-fabric {}", *o.disagg_fabric);
+  if (o.disagg_bandwidth_gbps) c += fmt::format(" --disagg-bandwidth-gbps {}", *o.disagg_bandwidth_gbps);
+  if (o.disagg_latency_us) c += fmt::format(" --disagg-latency-us {}", *o.disagg_latency_us);
   return c;
 }
 
@@ -242,9 +249,12 @@ void validate_params(const ReplayCliOptions& o, const sim::ReplayParams& params)
     const std::pair<std::string_view, bool> options[] = {
         {"--arrival-rate", o.arrival_rate.has_value()},
         {"--duration-s", o.duration_s.has_value()},
-        {"--reasoning-ratio", o.reasoning_ratio.has_value()}};
+        {"--reasoning-ratio", o.reasoning_ratio.has_value()},
+        {"--disagg-bandwidth-gbps", o.disagg_bandwidth_gbps.has_value()},
+        {"--disagg-latency-us", o.disagg_latency_us.has_value()}};
     const std::string_view fields[] = {"workload.arrival_rate", "workload.duration_s",
-                                       "workload.reasoning_ratio"};
+                                       "workload.reasoning_ratio", "disagg.bandwidth_gbps",
+                                       "disagg.latency_us"};
     for (const ConfigIssue& issue : e.issues()) {
       for (std::size_t i = 0; i < std::size(fields); ++i) {
         if (issue.path == fields[i] && options[i].second) {
@@ -272,6 +282,25 @@ void check_load_sweep(const ReplayCliOptions& o, const sim::ReplayParams& params
   }
 }
 
+/// --disagg-*: the fabric's measured defaults (sim::disagg_preset) unless the
+/// --params file already turned the mode on, then the explicit figures.
+void apply_disagg_options(const ReplayCliOptions& o, sim::DisaggSimParams& d) {
+  if (o.disagg_fabric) {
+    if (d.enabled()) {
+      d.fabric = *o.disagg_fabric;
+    } else {
+      d = sim::disagg_preset(*o.disagg_fabric);
+    }
+  }
+  if ((o.disagg_bandwidth_gbps || o.disagg_latency_us) && !d.enabled()) {
+    throw UsageError(
+        "--disagg-bandwidth-gbps and --disagg-latency-us need the disaggregated mode on: --disagg-fabric "
+        "nixl|mooncake, or [disagg] fabric in --params");
+  }
+  if (o.disagg_bandwidth_gbps) d.bandwidth_gbps = *o.disagg_bandwidth_gbps;
+  if (o.disagg_latency_us) d.latency_us = *o.disagg_latency_us;
+}
+
 int run_replay_command(const ReplayCliOptions& o) {
   const std::string kind = o.workload.value_or("");
   sim::ReplayParams params;
@@ -283,6 +312,7 @@ int run_replay_command(const ReplayCliOptions& o) {
   if (o.arrival_rate) params.workload.arrival_rate = *o.arrival_rate;
   if (o.duration_s) params.workload.duration_s = *o.duration_s;
   if (o.reasoning_ratio) params.workload.reasoning_ratio = *o.reasoning_ratio;
+  apply_disagg_options(o, params.disagg);
   validate_params(o, params);
   if (o.print_params) {
     fmt::print("{}", sim::to_toml(params));
@@ -485,6 +515,16 @@ std::function<int()> add_replay(CLI::App& app) {
       ->check(number_in(0, kMaxLingerS))
       ->capture_default_str()
       ->needs(port);
+  sub->add_option("--disagg-fabric", o->disagg_fabric,
+                  "disaggregated mode: offload KV over this fabric's link (nixl, mooncake; none: off); "
+                  "Meridian policies only")
+      ->check(CLI::IsMember({"nixl", "mooncake", "none"}));
+  sub->add_option("--disagg-bandwidth-gbps", o->disagg_bandwidth_gbps,
+                  "disaggregated mode: link bandwidth in GB/s (default: the fabric's measured figure)")
+      ->check(number_in(0, 1e6, true));
+  sub->add_option("--disagg-latency-us", o->disagg_latency_us,
+                  "disaggregated mode: per-transfer latency in microseconds")
+      ->check(number_in(0, 1e7));
   return [o] { return run_replay_command(*o); };
 }
 

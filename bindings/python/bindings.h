@@ -15,5 +15,10 @@ void bind_probe(nanobind::module_& m);
 void bind_telemetry(nanobind::module_& m);
 /// meridian._meridian.configure_logging, log_level, log_format (the C++ logger).
 void bind_logging(nanobind::module_& m);
+/// meridian.MrdnError and the MRDN v1 codec (mrdn_encode, mrdn_decode, ...); after bind_scheduler
+/// (BlockTier).
+void bind_disagg(nanobind::module_& m);
+/// InProcessFabric, HostBlockStore, KvOffloader and the PyFabric trampoline; after bind_disagg.
+void bind_disagg_fabric(nanobind::module_& m);
 
 }  // namespace meridian::python

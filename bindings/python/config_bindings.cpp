@@ -67,7 +67,9 @@ void bind_config(nb::module_& m) {
       .def(nb::init<>())
       .def_rw("enabled", &DisaggConfig::enabled)
       .def_rw("fabric", &DisaggConfig::fabric)
-      .def_rw("offload_threshold_blocks", &DisaggConfig::offload_threshold_blocks);
+      .def_rw("offload_threshold_blocks", &DisaggConfig::offload_threshold_blocks)
+      .def_rw("max_inflight_batches", &DisaggConfig::max_inflight_batches)
+      .def_rw("transfer_timeout_ms", &DisaggConfig::transfer_timeout_ms);
   nb::class_<TelemetryConfig>(m, "TelemetryConfig")
       .def(nb::init<>())
       .def_rw("prometheus_enabled", &TelemetryConfig::prometheus_enabled)

@@ -66,4 +66,6 @@ NB_MODULE(_meridian, m) {
   meridian::python::bind_probe(m);
   meridian::python::bind_telemetry(m);
   meridian::python::bind_logging(m);
+  meridian::python::bind_disagg(m);
+  meridian::python::bind_disagg_fabric(m);
 }

@@ -313,7 +313,8 @@ void bind_block_manager(nb::module_& m) {
   nb::enum_<AllocStatus>(m, "AllocStatus")
       .value("OK", AllocStatus::kOk)
       .value("OUT_OF_BLOCKS", AllocStatus::kOutOfBlocks)
-      .value("INVALID_TIER", AllocStatus::kInvalidTier);
+      .value("INVALID_TIER", AllocStatus::kInvalidTier)
+      .value("NOT_FOUND", AllocStatus::kNotFound);
   nb::enum_<ReleaseKind>(m, "ReleaseKind")
       .value("FINISHED", ReleaseKind::kFinished)
       .value("RECOMPUTE", ReleaseKind::kRecompute)

@@ -20,6 +20,7 @@
 #include "bindings.h"
 #include "meridian/error.h"
 #include "meridian/kv_block_manager.h"
+#include "meridian/kv_offload_counters.h"
 #include "meridian/metrics.h"
 #include "meridian/phase_router.h"
 #include "meridian/scheduler.h"
@@ -220,6 +221,17 @@ void bind_telemetry(nb::module_& m) {
             e.sync(kv, fabric);
           },
           "kv"_a, "fabric"_a = "")
+      .def(
+          "sync_offload",
+          [](EngineMetrics& e, const KvOffloadCounters& counters, std::string_view fabric) {
+            if (!telemetry::label_value_index(telemetry::spec(MetricId::kDisaggBlocksOffloaded), 0, fabric)) {
+              throw InvalidArgument(
+                  fmt::format("unknown fabric '{}' for the meridian_disagg_* metrics", fabric));
+            }
+            e.sync_offload(counters, fabric);
+          },
+          "counters"_a, "fabric"_a,
+          "Mirror KvOffloader.counters into the meridian_disagg_* families under `fabric` (its fabric_label)")
       .def("record_step", &EngineMetrics::record_step, "stats"_a, "schedule_seconds"_a)
       .def("record_event", &EngineMetrics::record_event, "event"_a)
       .def("record_output_itl", &EngineMetrics::record_output_itl, "gap_s"_a)

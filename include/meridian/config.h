@@ -85,6 +85,8 @@ struct DisaggConfig {
   bool enabled = false;
   FabricKind fabric = FabricKind::kNone;       ///< must not be kNone when enabled
   std::uint32_t offload_threshold_blocks = 4;  ///< >= 1
+  std::uint32_t max_inflight_batches = 4;      ///< >= 1: offload batches not yet committed
+  std::uint32_t transfer_timeout_ms = 2000;    ///< >= 1: an uncommitted push older than this failed
 
   friend bool operator==(const DisaggConfig&, const DisaggConfig&) = default;
 };

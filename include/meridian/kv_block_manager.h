@@ -52,6 +52,7 @@ enum class AllocStatus : std::uint8_t {
   kOk = 0,
   kOutOfBlocks = 1,  ///< not enough free + reclaimable blocks; nothing changed
   kInvalidTier = 3,  ///< allocations are ThinkActive or OutputCritical only
+  kNotFound = 4,     ///< restore_remote: the request has no remote entries under that handle
 };
 
 struct AllocResult {
@@ -130,6 +131,33 @@ struct KvBlockUsage {
   }
 };
 
+/// Where one remote (offloaded) block of a request lives: frame `frame` of
+/// the fabric payload `handle` (a meridian::FabricHandle; a plain integer here
+/// so the core does not depend on the fabric), holding a block of `tier`.
+struct RemoteBlockRef {
+  std::uint64_t handle = 0;
+  std::uint32_t frame = 0;
+  BlockTier tier = BlockTier::kThinkComplete;
+
+  friend bool operator==(const RemoteBlockRef&, const RemoteBlockRef&) = default;
+};
+
+/// One entry of a request's logical block order: a local block, or a remote one.
+struct BlockLocation {
+  enum class Kind : std::uint8_t { kLocal = 0, kRemote = 1 };
+  Kind kind = Kind::kLocal;
+  BlockId block = 0;      ///< when kLocal
+  RemoteBlockRef remote;  ///< when kRemote
+
+  friend bool operator==(const BlockLocation&, const BlockLocation&) = default;
+};
+
+/// Which of a request's blocks offload_candidates() returns.
+enum class OffloadScope : std::uint8_t {
+  kThinkComplete = 0,  ///< ExitThink offload: finished reasoning only
+  kAllTiers = 1,       ///< preemption offload: every tier
+};
+
 class KvBlockManager {
  public:
   /// Throws InvalidArgument (with the field name) on num_blocks == 0 or a
@@ -144,8 +172,8 @@ class KvBlockManager {
   /// Appends `count` blocks of `tier` (ThinkActive or OutputCritical) to the
   /// request's list. Sources, in order: free list, cached blocks (ThinkComplete,
   /// then ThinkActive, then OutputCritical; LRU first), then live ThinkComplete
-  /// blocks when fabric offload is on. Feasibility is checked first: a failed
-  /// allocation changes nothing. `hashes` (optional, one per block) makes the
+  /// blocks when fabric offload is on (not pinned ones). Feasibility is checked
+  /// first: a failed allocation changes nothing. `hashes` (optional, one per block) makes the
   /// new blocks cacheable under those content hashes once the request ends.
   AllocResult allocate(RequestId request, BlockTier tier, std::uint32_t count,
                        std::span<const std::uint64_t> hashes = {});
@@ -161,15 +189,18 @@ class KvBlockManager {
   /// dropped under aggressive_think_eviction (ids returned). O(blocks of request).
   std::vector<BlockId> demote_think_blocks(RequestId request);
 
-  /// Gives back all of the request's blocks. Blocks still shared with another
-  /// request stay live. `answer_phase` marks a preempted answer-phase request,
-  /// which counts one output-critical eviction event. O(blocks of request).
+  /// Gives back all of the request's blocks (and drops its remote entries and
+  /// pins). Blocks still shared with another request stay live. `answer_phase`
+  /// marks a preempted answer-phase request, which counts one output-critical
+  /// eviction event. O(blocks of request).
   void release(RequestId request, ReleaseKind kind, bool answer_phase = false);
 
   /// Moves the request's blocks to the most-recently-used end of their lists.
   void touch(RequestId request);
 
+  /// The request's local blocks in logical order (remote entries left out).
   [[nodiscard]] std::span<const BlockId> blocks_of(RequestId request) const;
+  /// Whether the request holds local blocks (remote entries do not count).
   [[nodiscard]] bool holds_blocks(RequestId request) const;
   /// Throw OutOfRange (naming the block and the pool size) for an id >= num_blocks.
   [[nodiscard]] BlockTier tier_of(BlockId block) const;
@@ -178,8 +209,57 @@ class KvBlockManager {
   [[nodiscard]] const KvBlockCounters& counters() const noexcept;
   [[nodiscard]] const KvBlockManagerOptions& options() const noexcept;
 
+  // ---- Remote blocks (disaggregated KV, SPEC §3.10) ----------------------
+  // The offloader (meridian/kv_offload.h) moves a request's blocks to a fabric
+  // in three steps: pin() the blocks it copies (allocate()'s lazy offload path
+  // never takes a pinned block, attach_prefix() never shares one and
+  // aggressive_think_eviction never drops one), mark_remote()
+  // when the fabric commits (the local slots are freed and the request keeps
+  // remote entries in the blocks' logical positions), restore_remote() or
+  // forget_remote() when the request needs them back. release() drops a
+  // request's remote entries and pins; the caller releases the fabric handles.
+
+  /// Live, unshared, unpinned blocks of the request in list order:
+  /// ThinkComplete ones (kThinkComplete) or every tier (kAllTiers).
+  [[nodiscard]] std::vector<BlockId> offload_candidates(
+      RequestId request, OffloadScope scope = OffloadScope::kThinkComplete) const;
+  /// Pins blocks of the request under `token` (nonzero, the caller's batch id).
+  /// Throws InvalidArgument (naming the block) if one is not held by the
+  /// request alone or is already pinned; nothing changes then.
+  void pin(RequestId request, std::span<const BlockId> blocks, std::uint64_t token);
+  /// Unpins those of `blocks` still pinned under `token`; others are ignored
+  /// (a released request's blocks may already belong to someone else).
+  void unpin(std::span<const BlockId> blocks, std::uint64_t token) noexcept;
+  /// The token a block is pinned under, 0 when it is not pinned.
+  [[nodiscard]] std::uint64_t pin_token(BlockId block) const;
+  /// Commit of an offload: `blocks` (pinned for `request`, refs[i] says where
+  /// blocks[i] went) leave the pool and become remote entries in place.
+  /// Throws InvalidArgument on a size mismatch, a block not pinned by the
+  /// request, or a ref whose tier differs from the block's; nothing changes then.
+  void mark_remote(RequestId request, std::span<const BlockId> blocks, std::span<const RemoteBlockRef> refs);
+  /// The request's blocks in logical order, local and remote (empty if none).
+  [[nodiscard]] std::vector<BlockLocation> block_locations(RequestId request) const;
+  /// Distinct fabric handles of the request's remote entries, in first-use order.
+  [[nodiscard]] std::vector<std::uint64_t> remote_handles(RequestId request) const;
+  /// The request's remote entries under `handle`, in frame order.
+  [[nodiscard]] std::vector<RemoteBlockRef> remote_entries(RequestId request, std::uint64_t handle) const;
+  /// Remote entries of all requests.
+  [[nodiscard]] std::uint64_t remote_block_count() const noexcept;
+  /// Allocates local blocks for the request's remote entries under `handle`
+  /// (same sources and feasibility rule as allocate(); any tier) and puts them
+  /// back in their logical positions with their tier; the lazy offload path
+  /// leaves this request's own blocks alone (result.reclaimed names the owners
+  /// of any other blocks it took). result.blocks is in frame order. kNotFound
+  /// if there are no such entries, kOutOfBlocks (nothing changed) if the pool
+  /// cannot take them now.
+  AllocResult restore_remote(RequestId request, std::uint64_t handle);
+  /// Drops the request's remote entries under `handle` (payload lost or
+  /// corrupt: the caller recomputes them). Returns how many were dropped.
+  std::uint32_t forget_remote(RequestId request, std::uint64_t handle);
+
   /// Full consistency check (every block in exactly one tier list or free,
-  /// counts match, ref counts match the request lists, think cap held).
+  /// counts match, ref counts match the request lists, think cap held,
+  /// pins on live unshared blocks, remote entries well placed).
   /// O(num_blocks); for tests and debug builds. Returns an empty string when
   /// consistent, else a description of the first violation.
   [[nodiscard]] std::string check_invariants() const;

@@ -91,6 +91,11 @@ enum class MetricId : std::uint16_t {
   kFailsafeFallbacks,
   kVocabFallback,
   kDisaggBlocksOffloaded,
+  kDisaggOffloadFallbacks,  ///< {fabric, reason}: reason indices = OffloadFallbackReason
+  kDisaggCorruptPayloads,
+  kDisaggBlocksIngested,
+  kDisaggTransferBytes,  ///< {fabric, direction}: push = 0, pull = 1
+  kDisaggInflightBatches,
   kCount
 };
 

@@ -35,6 +35,7 @@ namespace meridian {
 class PhaseRouter;
 class DualQueueScheduler;
 class KvBlockManager;
+struct KvOffloadCounters;
 struct StepStats;
 }  // namespace meridian
 
@@ -113,6 +114,13 @@ class EngineMetrics {
   /// go to meridian_disagg_blocks_offloaded_total{fabric} when `fabric` is
   /// one of the catalog's fabric labels (empty: not exported).
   void sync(const KvBlockManager& kv, std::string_view fabric = {});
+  /// Mirrors the KV offloader's counters (meridian/kv_offload_counters.h) into
+  /// the meridian_disagg_* families under `fabric` (a catalog fabric label;
+  /// anything else: not exported). blocks_offloaded_total is mirrored too, not
+  /// added: the block manager's offloaded_live already includes the
+  /// offloader's commits, so with both feeds on the counter reads the larger
+  /// (the manager's, which adds allocate()'s lazy offloads) and never twice.
+  void sync_offload(const KvOffloadCounters& offload, std::string_view fabric);
   /// One planned step: queue depths, batch sizes, predicted step time, and
   /// the scheduler's CPU time for the step.
   void record_step(const StepStats& stats, double schedule_seconds);

@@ -89,6 +89,7 @@ struct ReplayParams {
   WorkloadParams workload;
   SignalModelParams signal_model;
   SloParams slo;
+  DisaggSimParams disagg;  ///< [disagg]: off by default (docs/replay.md, disaggregated mode)
 };
 
 /// Defaults overlaid by a replay TOML document. The [workload] defaults are
@@ -102,7 +103,9 @@ struct ReplayParams {
                                               std::string_view kind_override = {});
 /// Range checks of all sections; throws ConfigError.
 void validate(const ReplayParams& params);
-/// Every field as a TOML document that parse_replay_params() reads back.
+/// Every field as a TOML document that parse_replay_params() reads back
+/// ([disagg] only when it differs from its defaults, so that reports made
+/// without the disaggregated mode read as they did before it existed).
 [[nodiscard]] std::string to_toml(const ReplayParams& params);
 
 struct ReplayOptions {

@@ -25,6 +25,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 namespace meridian::sim {
 
@@ -102,5 +104,59 @@ class RooflineCostModel {
   double linear_weight_bytes_ = 0;
   double attention_flops_per_pair_ = 0;
 };
+
+/// [disagg] of the replay TOML: the fabric of the simulator's disaggregated
+/// mode (docs/replay.md#disaggregated-mode-when-offload-pays-off). Off unless
+/// `fabric` names one; off, the simulator behaves exactly as without it.
+/// `fabric` picks the defaults of the other fields (disagg_preset()), as
+/// workload.kind does for [workload].
+struct DisaggSimParams {
+  std::string fabric = "none";  ///< "none" (off), "nixl" or "mooncake"
+  double bandwidth_gbps = 2.0;  ///< link bandwidth, GB/s (NIXL loopback TCP: 1.3-3 GB/s measured)
+  double latency_us = 150;      ///< per transfer, us (NIXL 16 KiB writes: 80-230 us measured)
+  /// BLAKE3 over each block body, GB/s: the sender checksums, the receiver
+  /// verifies, so a push and a pull each pay it once.
+  double hash_gbps = 3.0;
+  std::uint32_t offload_threshold_blocks = 4;  ///< ExitThink blocks batched per push
+  std::uint32_t max_inflight_batches = 4;      ///< pushes on the link at once; more fall back
+
+  [[nodiscard]] bool enabled() const noexcept { return fabric != "none"; }
+  friend bool operator==(const DisaggSimParams&, const DisaggSimParams&) = default;
+};
+
+/// Every MRDN v1 frame carries this header before the block body.
+inline constexpr std::uint64_t kMrdnHeaderBytes = 32;
+
+/// The defaults of `fabric` ("nixl", "mooncake"; anything else: DisaggSimParams{}
+/// with that name): the midpoints of the loopback figures measured for it.
+[[nodiscard]] DisaggSimParams disagg_preset(std::string_view fabric);
+
+/// A FIFO fabric link of the disaggregated mode: a transfer of n blocks holds
+/// the link for its serialisation and hashing, then arrives latency_us later.
+///
+///   wire_bytes(n)   = n * (block_bytes + 32)                  (MRDN header per block)
+///   occupancy_ms(n) = wire_bytes(n) / bandwidth + n * block_bytes / hash_bandwidth
+///   transfer_ms(n)  = occupancy_ms(n) + latency_us / 1000
+///
+/// Thread-safety: immutable after construction. Ownership: plain values.
+class FabricLinkModel {
+ public:
+  /// Throws meridian::ConfigError naming each bad field ("disagg.<field>").
+  FabricLinkModel(DisaggSimParams params, std::uint64_t block_bytes);
+
+  [[nodiscard]] std::uint64_t wire_bytes(std::uint64_t blocks) const noexcept;
+  [[nodiscard]] double occupancy_ms(std::uint64_t blocks) const noexcept;
+  [[nodiscard]] double transfer_ms(std::uint64_t blocks) const noexcept;
+  [[nodiscard]] const DisaggSimParams& params() const noexcept { return p_; }
+
+ private:
+  DisaggSimParams p_;
+  std::uint64_t block_bytes_ = 0;
+  double wire_bytes_per_ms_ = 0;
+  double hash_bytes_per_ms_ = 0;
+};
+
+/// Range checks of [disagg] (each issue named "disagg.<field>"); throws ConfigError.
+void validate(const DisaggSimParams& params);
 
 }  // namespace meridian::sim

@@ -9,6 +9,8 @@ asked for.
 from __future__ import annotations
 
 from ._meridian import (
+    MRDN_HEADER_SIZE,
+    MRDN_VERSION,
     AllocResult,
     AllocStatus,
     BlockTier,
@@ -30,6 +32,7 @@ from ._meridian import (
     MeridianConfig,
     MetricRegistry,
     ModelConfig,
+    MrdnError,
     Phase,
     PhaseEvent,
     PhaseEventKind,
@@ -61,6 +64,10 @@ from ._meridian import (
     config_field_paths,
     find_default_config_file,
     metric_catalog,
+    mrdn_checksum,
+    mrdn_decode,
+    mrdn_decode_batch,
+    mrdn_encode,
     parse_config,
     prompt_disables_thinking,
     release_kind,
@@ -72,6 +79,8 @@ from .logging_setup import configure_logging
 from .probe import EntropyProbe
 
 __all__ = [
+    "MRDN_HEADER_SIZE",
+    "MRDN_VERSION",
     "AllocResult",
     "AllocStatus",
     "BlockTier",
@@ -94,6 +103,7 @@ __all__ = [
     "MeridianConfig",
     "MetricRegistry",
     "ModelConfig",
+    "MrdnError",
     "Phase",
     "PhaseEvent",
     "PhaseEventKind",
@@ -127,6 +137,10 @@ __all__ = [
     "find_default_config_file",
     "load_config",
     "metric_catalog",
+    "mrdn_checksum",
+    "mrdn_decode",
+    "mrdn_decode_batch",
+    "mrdn_encode",
     "parse_config",
     "prompt_disables_thinking",
     "release_kind",

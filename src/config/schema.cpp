@@ -186,7 +186,7 @@ constexpr std::array<Field<KC>, 5> kKvMemory{{
 }};
 
 using DC = DisaggConfig;
-constexpr std::array<Field<DC>, 3> kDisagg{{
+constexpr std::array<Field<DC>, 5> kDisagg{{
     {"enabled", &DC::enabled, none(), {}, "disaggregated KV transfer on"},
     {"fabric", &DC::fabric, none(), {}, "\"nixl\", \"mooncake\" or \"none\""},
     {"offload_threshold_blocks",
@@ -194,6 +194,16 @@ constexpr std::array<Field<DC>, 3> kDisagg{{
      {Bound{1, false}, Bound{kU32Max, false}},
      {},
      "ThinkComplete blocks batched per offload"},
+    {"max_inflight_batches",
+     &DC::max_inflight_batches,
+     {Bound{1, false}, Bound{kU32Max, false}},
+     {},
+     "offload batches in flight before falling back to local eviction"},
+    {"transfer_timeout_ms",
+     &DC::transfer_timeout_ms,
+     {Bound{1, false}, Bound{kU32Max, false}},
+     {},
+     "an offload not committed within this many ms has failed"},
 }};
 
 using TC = TelemetryConfig;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include <absl/container/flat_hash_map.h>
 #include <fmt/format.h>
@@ -63,6 +64,18 @@ struct KvBlockManager::Impl {
     std::uint32_t refs = 0;
     BlockTier tier = BlockTier::kOutputCritical;
     bool hashed = false;
+    std::uint64_t pin = 0;  ///< offload batch token while pinned (live, refs == 1), else 0
+  };
+  /// A remote entry sits before the request's local block number local_before.
+  struct RemoteEntry {
+    std::uint32_t local_before = 0;
+    RemoteBlockRef ref;
+  };
+  /// One position of a request's logical block order.
+  struct Slot {
+    bool remote = false;
+    BlockId block = 0;
+    RemoteBlockRef ref;
   };
 
   KvBlockManagerOptions options;
@@ -72,6 +85,10 @@ struct KvBlockManager::Impl {
   absl::flat_hash_map<RequestId, std::vector<BlockId>> owned;
   absl::flat_hash_map<std::uint64_t, BlockId> by_hash;
   KvBlockCounters counters;
+  /// Remote entries per request, ordered by logical position.
+  absl::flat_hash_map<RequestId, std::vector<RemoteEntry>> remote;
+  std::uint64_t remote_total = 0;
+  std::uint32_t pinned_think_complete = 0;  ///< pinned blocks in the live ThinkComplete list
 
   explicit Impl(const KvBlockManagerOptions& o)
       : options(o),
@@ -86,7 +103,8 @@ struct KvBlockManager::Impl {
            lists.size(cached_list(BlockTier::kOutputCritical));
   }
   [[nodiscard]] std::uint32_t offloadable() const {
-    return options.fabric_offload ? lists.size(live_list(BlockTier::kThinkComplete)) : 0;
+    return options.fabric_offload ? lists.size(live_list(BlockTier::kThinkComplete)) - pinned_think_complete
+                                  : 0;
   }
   [[nodiscard]] std::uint32_t allocatable() const {
     return lists.size(kFreeList) + cached_total() + offloadable();
@@ -101,7 +119,8 @@ struct KvBlockManager::Impl {
   }
 
   // Takes one block for a new allocation. Feasibility was checked by the caller.
-  BlockId take_one(std::vector<ReclaimedBlock>& reclaimed) {
+  // `keep_owner`'s own blocks are not offloaded (restore_remote for that request).
+  BlockId take_one(std::vector<ReclaimedBlock>& reclaimed, RequestId keep_owner = 0) {
     if (lists.size(kFreeList) > 0) return lists.front(kFreeList);
     for (BlockTier tier : kEvictionOrder) {
       const std::uint8_t list = cached_list(tier);
@@ -112,11 +131,15 @@ struct KvBlockManager::Impl {
       reclaimed.push_back({b, 0, tier, ReclaimAction::kEvictCached});
       return b;
     }
-    // Fabric offload of a live ThinkComplete block (refs == 1 by construction).
-    const BlockId b = lists.front(live_list(BlockTier::kThinkComplete));
+    // Fabric offload of a live ThinkComplete block (refs == 1 by construction),
+    // skipping blocks pinned by an offload batch in flight.
+    BlockId b = lists.front(live_list(BlockTier::kThinkComplete));
+    while (blocks[b].pin != 0 || (keep_owner != 0 && blocks[b].owner == keep_owner)) b = lists.next(b);
     Block& blk = blocks[b];
     auto& list = owned[blk.owner];
-    list.erase(std::find(list.begin(), list.end(), b));
+    const auto pos = std::find(list.begin(), list.end(), b);
+    shift_remote_after_erase(blk.owner, static_cast<std::uint32_t>(pos - list.begin()));
+    list.erase(pos);
     if (list.empty()) owned.erase(blk.owner);
     forget_hash(b);
     ++counters.offloaded_live[idx(BlockTier::kThinkComplete)];
@@ -125,7 +148,68 @@ struct KvBlockManager::Impl {
     return b;
   }
 
+  void clear_pin(BlockId b) {
+    Block& blk = blocks[b];
+    if (blk.pin == 0) return;
+    if (blk.tier == BlockTier::kThinkComplete) --pinned_think_complete;
+    blk.pin = 0;
+  }
+
+  // The owner's local block number `erased` left its list: later remote
+  // entries now sit one local block earlier.
+  void shift_remote_after_erase(RequestId owner, std::uint32_t erased) {
+    auto it = remote.find(owner);
+    if (it == remote.end()) return;
+    for (RemoteEntry& e : it->second) {
+      if (e.local_before > erased) --e.local_before;
+    }
+  }
+
+  [[nodiscard]] std::vector<Slot> logical(RequestId request) const {
+    std::vector<Slot> slots;
+    const auto own = owned.find(request);
+    const auto rem = remote.find(request);
+    const std::vector<BlockId> no_blocks;
+    const std::vector<RemoteEntry> no_entries;
+    const auto& local = own == owned.end() ? no_blocks : own->second;
+    const auto& entries = rem == remote.end() ? no_entries : rem->second;
+    slots.reserve(local.size() + entries.size());
+    std::size_t e = 0;
+    for (std::size_t k = 0; k <= local.size(); ++k) {
+      for (; e < entries.size() && entries[e].local_before <= k; ++e) {
+        slots.push_back({true, 0, entries[e].ref});
+      }
+      if (k < local.size()) slots.push_back({false, local[k], {}});
+    }
+    return slots;
+  }
+
+  // Writes a request's logical order back into `owned` and `remote`.
+  void store(RequestId request, const std::vector<Slot>& slots) {
+    std::vector<BlockId> local;
+    std::vector<RemoteEntry> entries;
+    for (const Slot& slot : slots) {
+      if (slot.remote) {
+        entries.push_back({static_cast<std::uint32_t>(local.size()), slot.ref});
+      } else {
+        local.push_back(slot.block);
+      }
+    }
+    if (auto it = remote.find(request); it != remote.end()) {
+      remote_total -= it->second.size();
+      remote.erase(it);
+    }
+    remote_total += entries.size();
+    if (!entries.empty()) remote[request] = std::move(entries);
+    if (local.empty()) {
+      owned.erase(request);
+    } else {
+      owned[request] = std::move(local);
+    }
+  }
+
   void to_free(BlockId b) {
+    clear_pin(b);
     forget_hash(b);
     blocks[b].refs = 0;
     blocks[b].owner = 0;
@@ -192,6 +276,8 @@ std::uint32_t KvBlockManager::match_prefix(std::span<const std::uint64_t> hashes
     const Impl::Block& blk = m.blocks[it->second];
     // Reasoning of finished turns is never part of a later prompt; never share it.
     if (blk.tier == BlockTier::kThinkComplete) break;
+    // A block being offloaded is about to leave the pool; never share it.
+    if (blk.pin != 0) break;
     ++matched;
   }
   return matched;
@@ -221,13 +307,20 @@ std::vector<BlockId> KvBlockManager::demote_think_blocks(RequestId request) {
   if (it == m.owned.end()) return dropped;
   auto& list = it->second;
   std::size_t keep = 0;
+  // kept_before[k]: local blocks kept among the first k, to re-place remote entries.
+  std::vector<std::uint32_t> kept_before;
+  const bool has_remote = m.remote.contains(request);
+  if (has_remote) kept_before.reserve(list.size() + 1);
   for (BlockId b : list) {
+    if (has_remote) kept_before.push_back(static_cast<std::uint32_t>(keep));
     Impl::Block& blk = m.blocks[b];
     if (blk.tier == BlockTier::kThinkActive && blk.refs == 1) {
       ++m.counters.demoted_blocks;
       blk.tier = BlockTier::kThinkComplete;
       blk.owner = request;  // exact from now on: live ThinkComplete blocks are never shared
-      if (m.options.aggressive_think_eviction) {
+      if (blk.pin != 0) ++m.pinned_think_complete;
+      // A pinned block is on its way to the fabric: it is not dropped here.
+      if (m.options.aggressive_think_eviction && blk.pin == 0) {
         ++m.counters.dropped_think_complete;
         m.to_free(b);
         dropped.push_back(b);
@@ -238,12 +331,20 @@ std::vector<BlockId> KvBlockManager::demote_think_blocks(RequestId request) {
     list[keep++] = b;
   }
   list.resize(keep);
+  if (has_remote) {
+    kept_before.push_back(static_cast<std::uint32_t>(keep));
+    for (Impl::RemoteEntry& e : m.remote[request]) e.local_before = kept_before[e.local_before];
+  }
   if (list.empty()) m.owned.erase(it);
   return dropped;
 }
 
 void KvBlockManager::release(RequestId request, ReleaseKind kind, bool answer_phase) {
   Impl& m = *impl_;
+  if (auto rem = m.remote.find(request); rem != m.remote.end()) {
+    m.remote_total -= rem->second.size();
+    m.remote.erase(rem);
+  }
   auto it = m.owned.find(request);
   if (it == m.owned.end()) return;
   const bool preempted = kind != ReleaseKind::kFinished;
@@ -251,6 +352,7 @@ void KvBlockManager::release(RequestId request, ReleaseKind kind, bool answer_ph
   for (BlockId b : it->second) {
     Impl::Block& blk = m.blocks[b];
     if (--blk.refs > 0) continue;
+    m.clear_pin(b);
     if (preempted) ++m.counters.released_live[idx(blk.tier)];
     if (keep_cached && blk.hashed) {
       m.lists.move_to_back(cached_list(blk.tier), b);
@@ -313,6 +415,181 @@ KvBlockUsage KvBlockManager::usage() const noexcept {
 const KvBlockCounters& KvBlockManager::counters() const noexcept { return impl_->counters; }
 const KvBlockManagerOptions& KvBlockManager::options() const noexcept { return impl_->options; }
 
+// ---- Remote blocks ----------------------------------------------------------
+
+std::vector<BlockId> KvBlockManager::offload_candidates(RequestId request, OffloadScope scope) const {
+  const Impl& m = *impl_;
+  std::vector<BlockId> out;
+  const auto it = m.owned.find(request);
+  if (it == m.owned.end()) return out;
+  for (BlockId b : it->second) {
+    const Impl::Block& blk = m.blocks[b];
+    if (blk.refs != 1 || blk.pin != 0) continue;
+    if (scope == OffloadScope::kThinkComplete && blk.tier != BlockTier::kThinkComplete) continue;
+    out.push_back(b);
+  }
+  return out;
+}
+
+void KvBlockManager::pin(RequestId request, std::span<const BlockId> blocks, std::uint64_t token) {
+  Impl& m = *impl_;
+  if (token == 0) throw InvalidArgument("KvBlockManager::pin: token must be nonzero");
+  // `owner` is exact only for unshared blocks of their last taker; check the list itself.
+  absl::flat_hash_map<BlockId, bool> held;
+  if (const auto it = m.owned.find(request); it != m.owned.end()) {
+    for (BlockId b : it->second) held.try_emplace(b, false);
+  }
+  for (BlockId b : blocks) {
+    check_block(b, m.blocks.size());
+    const Impl::Block& blk = m.blocks[b];
+    const auto mine = held.find(b);
+    if (blk.refs != 1 || mine == held.end()) {
+      throw InvalidArgument(fmt::format(
+          "KvBlockManager::pin: block {} is not held by request {} alone (refs {})", b, request, blk.refs));
+    }
+    if (blk.pin != 0 || std::exchange(mine->second, true)) {
+      throw InvalidArgument(fmt::format("KvBlockManager::pin: block {} is already pinned", b));
+    }
+  }
+  for (BlockId b : blocks) {
+    Impl::Block& blk = m.blocks[b];
+    blk.pin = token;
+    blk.owner = request;  // exact while pinned: a pinned block is never shared
+    if (blk.tier == BlockTier::kThinkComplete) ++m.pinned_think_complete;
+  }
+}
+
+void KvBlockManager::unpin(std::span<const BlockId> blocks, std::uint64_t token) noexcept {
+  Impl& m = *impl_;
+  for (BlockId b : blocks) {
+    if (b < m.blocks.size() && token != 0 && m.blocks[b].pin == token) m.clear_pin(b);
+  }
+}
+
+std::uint64_t KvBlockManager::pin_token(BlockId block) const {
+  check_block(block, impl_->blocks.size());
+  return impl_->blocks[block].pin;
+}
+
+void KvBlockManager::mark_remote(RequestId request, std::span<const BlockId> blocks,
+                                 std::span<const RemoteBlockRef> refs) {
+  Impl& m = *impl_;
+  if (blocks.size() != refs.size()) {
+    throw InvalidArgument(
+        fmt::format("KvBlockManager::mark_remote: {} blocks but {} remote refs", blocks.size(), refs.size()));
+  }
+  absl::flat_hash_map<BlockId, std::size_t> index;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const BlockId b = blocks[i];
+    check_block(b, m.blocks.size());
+    const Impl::Block& blk = m.blocks[b];
+    if (blk.pin == 0 || blk.refs != 1 || blk.owner != request) {
+      throw InvalidArgument(
+          fmt::format("KvBlockManager::mark_remote: block {} is not pinned by request {}", b, request));
+    }
+    if (refs[i].tier != blk.tier) {
+      throw InvalidArgument(
+          fmt::format("KvBlockManager::mark_remote: block {} is {} but its remote ref says {}", b,
+                      to_string(blk.tier), to_string(refs[i].tier)));
+    }
+    if (!index.try_emplace(b, i).second) {
+      throw InvalidArgument(fmt::format("KvBlockManager::mark_remote: block {} given twice", b));
+    }
+  }
+  std::vector<Impl::Slot> slots = m.logical(request);
+  for (Impl::Slot& slot : slots) {
+    if (slot.remote) continue;
+    const auto it = index.find(slot.block);
+    if (it == index.end()) continue;
+    const BlockId b = slot.block;
+    slot = {true, 0, refs[it->second]};
+    ++m.counters.offloaded_live[idx(m.blocks[b].tier)];
+    m.to_free(b);
+  }
+  m.store(request, slots);
+}
+
+std::vector<BlockLocation> KvBlockManager::block_locations(RequestId request) const {
+  std::vector<BlockLocation> out;
+  for (const Impl::Slot& slot : impl_->logical(request)) {
+    out.push_back(slot.remote ? BlockLocation{BlockLocation::Kind::kRemote, 0, slot.ref}
+                              : BlockLocation{BlockLocation::Kind::kLocal, slot.block, {}});
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> KvBlockManager::remote_handles(RequestId request) const {
+  std::vector<std::uint64_t> out;
+  const auto it = impl_->remote.find(request);
+  if (it == impl_->remote.end()) return out;
+  for (const Impl::RemoteEntry& e : it->second) {
+    if (std::find(out.begin(), out.end(), e.ref.handle) == out.end()) out.push_back(e.ref.handle);
+  }
+  return out;
+}
+
+std::vector<RemoteBlockRef> KvBlockManager::remote_entries(RequestId request, std::uint64_t handle) const {
+  std::vector<RemoteBlockRef> out;
+  const auto it = impl_->remote.find(request);
+  if (it == impl_->remote.end()) return out;
+  for (const Impl::RemoteEntry& e : it->second) {
+    if (e.ref.handle == handle) out.push_back(e.ref);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.frame < b.frame; });
+  return out;
+}
+
+std::uint64_t KvBlockManager::remote_block_count() const noexcept { return impl_->remote_total; }
+
+AllocResult KvBlockManager::restore_remote(RequestId request, std::uint64_t handle) {
+  Impl& m = *impl_;
+  AllocResult result;
+  const std::vector<RemoteBlockRef> entries = remote_entries(request, handle);
+  if (entries.empty()) {
+    result.status = AllocStatus::kNotFound;
+    return result;
+  }
+  const auto count = static_cast<std::uint32_t>(entries.size());
+  // The request's own ThinkComplete blocks are not offloaded to make room for its restore.
+  const auto own_offloadable =
+      m.options.fabric_offload
+          ? static_cast<std::uint32_t>(offload_candidates(request, OffloadScope::kThinkComplete).size())
+          : 0U;
+  if (count > m.allocatable() - own_offloadable) {
+    result.status = AllocStatus::kOutOfBlocks;
+    return result;
+  }
+  absl::flat_hash_map<std::uint32_t, BlockId> by_frame;
+  for (const RemoteBlockRef& ref : entries) {
+    const BlockId b = m.take_one(result.reclaimed, request);
+    Impl::Block& blk = m.blocks[b];
+    blk.refs = 1;
+    blk.owner = request;
+    blk.tier = ref.tier;
+    m.lists.move_to_back(live_list(ref.tier), b);
+    by_frame[ref.frame] = b;
+    result.blocks.push_back(b);
+  }
+  std::vector<Impl::Slot> slots = m.logical(request);
+  for (Impl::Slot& slot : slots) {
+    if (slot.remote && slot.ref.handle == handle) slot = {false, by_frame.at(slot.ref.frame), {}};
+  }
+  m.store(request, slots);
+  m.counters.allocated_blocks += count;
+  return result;
+}
+
+std::uint32_t KvBlockManager::forget_remote(RequestId request, std::uint64_t handle) {
+  Impl& m = *impl_;
+  if (!m.remote.contains(request)) return 0;
+  std::vector<Impl::Slot> slots = m.logical(request);
+  const auto before = slots.size();
+  std::erase_if(slots, [&](const Impl::Slot& s) { return s.remote && s.ref.handle == handle; });
+  const auto dropped = static_cast<std::uint32_t>(before - slots.size());
+  if (dropped > 0) m.store(request, slots);
+  return dropped;
+}
+
 std::string KvBlockManager::check_invariants() const {
   const Impl& m = *impl_;
   const std::uint32_t n = m.options.num_blocks;
@@ -366,6 +643,48 @@ std::string KvBlockManager::check_invariants() const {
       return fmt::format("hash index points at block {} wrongly", b);
     }
   }
+  std::uint32_t pinned_tc = 0;
+  for (std::uint32_t b = 0; b < n; ++b) {
+    const Impl::Block& blk = m.blocks[b];
+    if (blk.pin == 0) continue;
+    if (blk.refs != 1) return fmt::format("pinned block {} has {} refs", b, blk.refs);
+    if (blk.tier == BlockTier::kThinkComplete) ++pinned_tc;
+  }
+  if (pinned_tc != m.pinned_think_complete) {
+    return fmt::format("{} pinned ThinkComplete blocks counted, {} found", m.pinned_think_complete,
+                       pinned_tc);
+  }
+  std::uint64_t remote_total = 0;
+  for (const auto& [request, entries] : m.remote) {
+    if (entries.empty()) return fmt::format("request {} has an empty remote list", request);
+    const auto own = m.owned.find(request);
+    const std::size_t local = own == m.owned.end() ? 0 : own->second.size();
+    absl::flat_hash_map<std::uint64_t, std::uint32_t> frames;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const Impl::RemoteEntry& e = entries[i];
+      if (e.local_before > local || (i > 0 && e.local_before < entries[i - 1].local_before)) {
+        return fmt::format("request {} remote entry {} sits before local block {} of {}", request, i,
+                           e.local_before, local);
+      }
+      if (idx(e.ref.tier) >= kBlockTierCount) {
+        return fmt::format("request {} remote entry {} has a bad tier", request, i);
+      }
+      ++frames[e.ref.handle];
+    }
+    for (const auto& [handle, count] : frames) {
+      std::vector<std::uint8_t> frame_seen(count, 0);
+      for (const Impl::RemoteEntry& e : entries) {
+        if (e.ref.handle != handle) continue;
+        if (e.ref.frame >= count || frame_seen[e.ref.frame]++ != 0) {
+          return fmt::format("request {} handle {} frames are not 0..{}", request, handle, count - 1);
+        }
+      }
+    }
+    remote_total += entries.size();
+  }
+  if (remote_total != m.remote_total) {
+    return fmt::format("{} remote entries counted, {} found", m.remote_total, remote_total);
+  }
   return {};
 }
 
@@ -383,6 +702,7 @@ std::string_view to_string(AllocStatus status) noexcept {
     case AllocStatus::kOk: return "ok";
     case AllocStatus::kOutOfBlocks: return "out_of_blocks";
     case AllocStatus::kInvalidTier: return "invalid_tier";
+    case AllocStatus::kNotFound: return "not_found";
   }
   return "unknown";
 }

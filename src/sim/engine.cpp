@@ -17,14 +17,19 @@
 #include "meridian/metrics.h"
 #include "meridian/phase_router.h"
 #include "meridian/replay.h"
+#include "sim/disagg.h"
+#include "sim/engine_setup.h"
 #include "sim/metrics.h"
 #include "sim/policy.h"
 
 namespace meridian::sim {
 namespace {
 
+using detail::check_request;
 using detail::EngineStep;
+using detail::first_id;
 using detail::KvPool;
+using detail::router_limits;
 using detail::StepItem;
 
 constexpr TokenId kThinkTokenId = 1000;   // any ordinary vocabulary id
@@ -63,35 +68,6 @@ struct Arrival {
   bool operator>(const Arrival& o) const { return at_ns != o.at_ns ? at_ns > o.at_ns : id > o.id; }
 };
 
-RouterLimits router_limits(PolicyKind policy, const ReplayOptions& o) {
-  RouterLimits limits = RouterLimits::from(o.config.scheduler);
-  limits.reap_idle_after = std::chrono::nanoseconds::max();  // the engine ends every request itself
-  switch (policy) {
-    case PolicyKind::kVllmFcfs:
-    case PolicyKind::kVllmFcfsTuned:
-    case PolicyKind::kVllmPriority:
-      limits.max_think_tokens = std::numeric_limits<std::uint64_t>::max();  // vLLM: no think cap
-      break;
-    case PolicyKind::kStaticBudget:
-      limits.min_think_tokens = 0;
-      limits.max_think_tokens = o.params.engine.thinking_token_budget;
-      break;
-    case PolicyKind::kMeridianNoForcing:
-    case PolicyKind::kMeridian: break;
-  }
-  return limits;
-}
-
-TokenId first_id(const std::vector<std::uint32_t>& ids, std::string_view field, std::string_view model) {
-  if (ids.empty()) {
-    throw ConfigError(
-        {{fmt::format("model.{}.{}", model, field),
-          fmt::format("model.{}.{} is empty: the replay needs token-id boundaries", model, field), "", 0,
-          0}});
-  }
-  return ids.front();
-}
-
 class Engine {
  public:
   Engine(const Workload& workload, const ReplayOptions& o)
@@ -114,9 +90,13 @@ class Engine {
       StepLimits limits;
       limits.token_budget = e.max_num_batched_tokens;
       limits.max_sequences = e.max_num_seqs;
+      SchedulerOptions so = SchedulerOptions::from_config(o.config, kv_.usage().total_blocks);
+      if (disagg_on()) {  // victims go over the fabric (ReclaimMode::kOffload)
+        so.fabric_offload = true;
+        link_.emplace(o.params.disagg, kv_.options().block_size_bytes, block_tokens_, w_.requests.size());
+      }
       policy_ =
-          detail::make_meridian_policy(SchedulerOptions::from_config(o.config, kv_.usage().total_blocks),
-                                       StepCostModel::from_config(o.config.scheduler), limits, pool_);
+          detail::make_meridian_policy(so, StepCostModel::from_config(o.config.scheduler), limits, pool_);
     } else {
       const bool tuned = o.policy == PolicyKind::kVllmFcfsTuned;
       policy_ = detail::make_vllm_policy(
@@ -155,6 +135,7 @@ class Engine {
         break;
       }
       admit_arrivals();
+      if (link_) link_->complete_until(now_ns_, [this](RequestId id) { kv_.demote_think_blocks(id); });
       if (active_ == 0 && arrivals_.empty()) break;
       std::chrono::steady_clock::time_point plan_started;
       if (o_.metrics != nullptr) plan_started = std::chrono::steady_clock::now();
@@ -171,15 +152,22 @@ class Engine {
         // Requests exist but nothing can run: let time pass, and give up
         // (reporting them unfinished) if that never changes.
         if (++stalled > kMaxStalledSteps) break;
+        if (const auto t = link_ ? link_->next_completion() : std::nullopt; t && *t > now_ns_) {
+          now_ns_ = *t;  // a push completing frees blocks
+          continue;
+        }
         now_ns_ += static_cast<std::int64_t>(cost_.step_ms({}) * kNsPerMs);
         continue;
       }
       stalled = 0;
       const double ms = step_ms(step);
-      const std::int64_t end_ns = now_ns_ + static_cast<std::int64_t>(std::llround(ms * kNsPerMs));
+      // With a fabric the step starts once the KV it needs has moved.
+      const std::int64_t begin_ns = std::max(now_ns_, link_ready_ns_);
+      if (link_) link_->add_wait(begin_ns - now_ns_);
+      const std::int64_t end_ns = begin_ns + static_cast<std::int64_t>(std::llround(ms * kNsPerMs));
       policy_->complete(ms, end_ns);
       ++steps_;
-      busy_ns_ += end_ns - now_ns_;
+      busy_ns_ += end_ns - begin_ns;
       now_ns_ = end_ns;
       router_.advance_clock(now_ns_);
       emit_tokens(step);
@@ -202,25 +190,6 @@ class Engine {
   }
 
  private:
-  // What the engine's arithmetic relies on: ids 1..N in order, follow-ups
-  // after an earlier turn, sizes >= 1, times that convert to nanoseconds.
-  static void check_request(const RequestSpec& r, RequestId expected_id) {
-    if (r.id != expected_id) throw InvalidArgument(fmt::format("workload request {} is out of order", r.id));
-    if (r.after >= r.id) {
-      throw InvalidArgument(
-          fmt::format("workload request {}: after ({}) must name an earlier request", r.id, r.after));
-    }
-    if (r.prompt_tokens == 0 || r.answer_tokens == 0) {
-      throw InvalidArgument(
-          fmt::format("workload request {}: prompt_tokens and answer_tokens must be >= 1", r.id));
-    }
-    const double t = r.after == 0 ? r.arrival_s : r.delay_s;
-    if (!(t >= 0 && t <= kMaxEventTimeS)) {
-      throw InvalidArgument(fmt::format("workload request {}: {} must be in [0, {:g}] s; got {:g}", r.id,
-                                        r.after == 0 ? "arrival_s" : "delay_s", kMaxEventTimeS, t));
-    }
-  }
-
   // A request whose prompt and first generated token need more blocks than
   // the whole KV pool can never run, whatever the policy does.
   [[nodiscard]] bool never_fits(const RequestSpec& spec) const {
@@ -233,7 +202,8 @@ class Engine {
     k.block_size_bytes = cost_.params().kv_bytes_per_token() * block_tokens_;
     k.think_phase_memory_fraction = o_.config.kv_memory.think_phase_memory_fraction;
     k.aggressive_think_eviction = o_.config.kv_memory.aggressive_think_eviction;
-    k.fabric_offload = false;
+    // The disaggregated mode: ThinkComplete blocks (demoted once pushed) may be reclaimed.
+    k.fabric_offload = disagg_on();
     if (k.num_blocks == 0) {
       throw ConfigError({{"cost_model.gpu_memory_gib",
                           "cost_model.gpu_memory_gib leaves no room for one KV block", "", 0, 0}});
@@ -294,9 +264,16 @@ class Engine {
     }
   }
 
+  [[nodiscard]] bool disagg_on() const { return is_meridian(o_.policy) && o_.params.disagg.enabled(); }
+
   void handle_preemptions(const EngineStep& step) {
     for (const Preemption& p : step.preempted) {
       ++preemptions_[static_cast<std::size_t>(p.mode)];
+      if (link_ && p.mode == ReclaimMode::kOffload) {
+        if (const auto out = link_->preempt(p.id, p.blocks, now_ns_)) {
+          link_ready_ns_ = std::max(link_ready_ns_, *out);
+        }
+      }
       if (p.phase == Phase::kOutputDecode) {
         ++preempted_answer_;
         answer_blocks_evicted_ += p.blocks;
@@ -334,6 +311,7 @@ class Engine {
   void handle_aborts(const EngineStep& step) {
     for (RequestId id : step.aborted) {
       kv_.release(id, ReleaseKind::kAbort);
+      if (link_) link_->forget(id);
       router_.end(id);
       live_[id].done = true;
       miss_slo(live_[id]);
@@ -351,7 +329,7 @@ class Engine {
       shape.tokens += w.tokens;
       shape.kv_tokens_read += std::uint64_t{w.context} + w.tokens;
       shape.attended_pairs += n * c + n * (n + 1) / 2;
-      if (w.kind == WorkKind::kSwapIn) shape.swap_tokens += w.context;
+      if (w.kind == WorkKind::kSwapIn) resume(w, shape);
       if (w.kind == WorkKind::kPrefill) prefill_tokens_ += w.tokens;
     }
     for (const Preemption& p : step.preempted) {
@@ -365,6 +343,33 @@ class Engine {
     probe_kv_tokens_ = 0;
     simulated_tokens_ += shape.tokens;
     return cost_.step_ms(shape);
+  }
+
+  // A swap-in: over PCIe, or with a fabric pulled back over the link (the step
+  // waits for it) or, for a victim that fell back, recomputed in this step.
+  void resume(const StepItem& w, StepShape& shape) {
+    std::int64_t ready_ns = 0;
+    switch (link_ ? link_->resume(w.id, w.context, now_ns_, ready_ns)
+                  : detail::DisaggLink::Resume::kNotOffloaded) {
+      case detail::DisaggLink::Resume::kNotOffloaded: shape.swap_tokens += w.context; break;
+      case detail::DisaggLink::Resume::kPull: link_ready_ns_ = std::max(link_ready_ns_, ready_ns); break;
+      case detail::DisaggLink::Resume::kRecompute: {
+        const double c = w.context;
+        shape.tokens += w.context;
+        shape.kv_tokens_read += w.context;
+        shape.attended_pairs += c * (c + 1) / 2;
+        prefill_tokens_ += w.context;
+        break;
+      }
+    }
+  }
+
+  // ExitThink with a fabric: the reasoning blocks are queued for a push and
+  // demoted when it completes (DisaggLink::complete_until).
+  void offload_think_blocks(RequestId id) {
+    std::uint32_t think = 0;
+    for (BlockId b : kv_.blocks_of(id)) think += kv_.tier_of(b) == BlockTier::kThinkActive ? 1U : 0U;
+    link_->exit_think(id, think, now_ns_);
   }
 
   void emit_tokens(const EngineStep& step) {
@@ -433,7 +438,11 @@ class Engine {
           r.forced_before_answer = r.think_emitted < r.signals.answer_at;
         }
         policy_->set_phase(ev.request_id, Phase::kOutputDecode);
-        if (policy_->tiered_kv()) kv_.demote_think_blocks(ev.request_id);
+        if (link_) {
+          offload_think_blocks(ev.request_id);
+        } else if (policy_->tiered_kv()) {
+          kv_.demote_think_blocks(ev.request_id);
+        }
         r.probe.reset();
         break;
       case PhaseEventKind::kComplete: finish(ev.request_id); break;
@@ -447,6 +456,7 @@ class Engine {
     r.done = true;
     policy_->finish(id);
     kv_.release(id, ReleaseKind::kFinished);
+    if (link_) link_->forget(id);
     e2e_.push_back(ms_between(r.arrival_ns, now_ns_));
     if (!outcome(id).slo_met) miss_slo(r);
     record_request(id);
@@ -565,6 +575,8 @@ class Engine {
   std::unique_ptr<detail::SchedulingPolicy> policy_;
   ProbeSettings probe_settings_;
   bool forcing_ = false;
+  std::optional<detail::DisaggLink> link_;  // the disaggregated mode (Meridian policies)
+  std::int64_t link_ready_ns_ = 0;          // the next step starts no earlier
 
   std::vector<Live> live_;  // indexed by request id
   std::vector<RequestId> next_turn_;
@@ -730,6 +742,14 @@ ReplayResult Engine::summarize() {
   put("gpu_busy_pct", makespan_s > 0 ? 100.0 * static_cast<double>(busy_ns_) / kNsPerS / makespan_s : 0);
   put("sim_wall_s", wall_s_);
   put("sim_tokens_per_s", wall_s_ > 0 ? static_cast<double>(simulated_tokens_) / wall_s_ : 0);
+  if (o_.params.disagg.enabled()) {  // the baselines have no fabric: zeros, so the keys line up
+    const detail::DisaggLink none(o_.params.disagg, kv_.options().block_size_bytes, block_tokens_, 0);
+    for (const auto& [k, v] : (link_ ? *link_ : none).metrics(makespan_s)) put(k, v);
+    // Offload moves blocks between owners and tiers: the pool must still add up.
+    if (const std::string bad = kv_.check_invariants(); !bad.empty()) {
+      throw Error(fmt::format("replay: KV pool inconsistent after the disaggregated run: {}", bad));
+    }
+  }
   out.series = std::move(series_);
   out.ttft_ms = std::move(ttft_);
   out.ttot_ms = std::move(ttot_);

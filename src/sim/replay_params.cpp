@@ -1,5 +1,5 @@
 // The replay TOML ([engine], [cost_model], [workload] with its length tables,
-// [signal_model], [slo]): one field table, read by the same reader as
+// [signal_model], [slo], [disagg]): one field table, read by the same reader as
 // meridian.toml (config/toml_fields.h), so unknown keys, wrong types,
 // non-finite numbers and out-of-range values are reported alike, by dotted path.
 //
@@ -134,10 +134,20 @@ TableSpec replay_spec(ReplayParams& p) {
                        {"attainment_pct", &slo.attainment_pct, above(0, 100)}},
                       {},
                       {}};
+  DisaggSimParams& d = p.disagg;
+  TableSpec disagg{"disagg",
+                   {{"fabric", &d.fabric},
+                    {"bandwidth_gbps", &d.bandwidth_gbps, above(0, 1e6)},
+                    {"latency_us", &d.latency_us, in(0, 1e7)},
+                    {"hash_gbps", &d.hash_gbps, above(0, 1e6)},
+                    {"offload_threshold_blocks", &d.offload_threshold_blocks, in(1, 1048576)},
+                    {"max_inflight_batches", &d.max_inflight_batches, in(1, 4096)}},
+                   {},
+                   {}};
   return {"",
           {},
           {std::move(engine), std::move(cost_model), std::move(workload), std::move(signal_model),
-           std::move(slo_table)},
+           std::move(slo_table), std::move(disagg)},
           {}};
 }
 
@@ -259,6 +269,7 @@ void validate(const ReplayParams& p) {
   take([&] { (void)RooflineCostModel(p.cost_model); });
   take([&] { validate(p.workload); });
   take([&] { validate(p.signal_model); });
+  take([&] { validate(p.disagg); });
   if (issues.empty()) {
     check_bounds(p, issues);
     check_cost_model(p, issues);
@@ -278,6 +289,10 @@ ReplayParams parse_replay_params(std::string_view toml_text, std::string_view so
     if (const auto named = (*root)["workload"]["kind"].value<std::string>()) kind = *named;
   }
   if (!kind.empty() && is_workload_kind(kind)) params.workload = workload_preset(kind);
+  // Likewise disagg.fabric picks the [disagg] defaults (its measured figures).
+  if (const auto fabric = (*root)["disagg"]["fabric"].value<std::string>()) {
+    params.disagg = disagg_preset(*fabric);
+  }
   toml_fields::FieldReader reader(source_name, issues, nullptr, kRenamed);
   reader.read_table(*root, "", replay_spec(params));
   if (!kind_override.empty()) params.workload.kind = std::string(kind_override);
@@ -312,6 +327,7 @@ std::string to_toml(const ReplayParams& params) {
       for (const Field& f : spec.fields) out += fmt::format("{} = {}\n", f.key, toml_number(f));
     }
     for (const TableSpec& t : spec.tables) {
+      if (path.empty() && t.key == "disagg" && params.disagg == DisaggSimParams{}) continue;
       self(self, t, path.empty() ? std::string(t.key) : fmt::format("{}.{}", path, t.key));
     }
   };

@@ -21,6 +21,9 @@ constexpr std::array<string_view, 3> kTiers = {"think_complete", "think_active",
 constexpr std::array<string_view, 2> kOutcomes = {"met", "missed"};
 constexpr std::array<string_view, 2> kComponents = {"scheduler", "logits_processor"};
 constexpr std::array<string_view, 3> kFabrics = {"nixl", "mooncake", "nixl-synth"};
+// OffloadFallbackReason order (meridian/kv_offload_counters.h).
+constexpr std::array<string_view, 5> kFallbackReasons = {"busy", "down", "queue_full", "failed", "timeout"};
+constexpr std::array<string_view, 2> kDirections = {"push", "pull"};
 
 constexpr std::array<LabelSpec, 1> kKindLabel = {{{"kind", kKinds}}};
 constexpr std::array<LabelSpec, 1> kReasonLabel = {{{"reason", kReasons}}};
@@ -32,6 +35,10 @@ constexpr std::array<LabelSpec, 1> kTierLabel = {{{"tier", kTiers}}};
 constexpr std::array<LabelSpec, 1> kOutcomeLabel = {{{"outcome", kOutcomes}}};
 constexpr std::array<LabelSpec, 1> kComponentLabel = {{{"component", kComponents}}};
 constexpr std::array<LabelSpec, 1> kFabricLabel = {{{"fabric", kFabrics}}};
+constexpr std::array<LabelSpec, 2> kFabricReasonLabels = {
+    {{"fabric", kFabrics}, {"reason", kFallbackReasons}}};
+constexpr std::array<LabelSpec, 2> kFabricDirectionLabels = {
+    {{"fabric", kFabrics}, {"direction", kDirections}}};
 
 // Histogram buckets (upper bounds).
 constexpr std::array<double, 10> kThinkTokenBuckets = {64,   128,  256,  512,   1024,
@@ -383,8 +390,51 @@ constexpr std::array<MetricSpec, kMetricCount> kCatalog = {{
      kFabricLabel,
      {},
      "KV blocks offloaded to the disaggregation fabric.",
-     "KvBlockManager::counters().offloaded_live",
+     "KvBlockManager::counters().offloaded_live, KvOffloader counters",
      "Flat while [disagg] is enabled: offload at ExitThink is not firing."},
+    {"meridian_disagg_offload_fallbacks_total",
+     kCounter,
+     "batches",
+     kFabricReasonLabels,
+     {},
+     "Offload batches kept local (evictable as usual) instead of going to the fabric, by reason.",
+     "KvOffloader counters().fallbacks",
+     "busy/queue_full rising: the fabric is the bottleneck (raise max_inflight_batches or fabric capacity); "
+     "down/failed/timeout: check the fabric peer (runbook: disaggregation fabric faults)."},
+    {"meridian_disagg_corrupt_payloads_total",
+     kCounter,
+     "payloads",
+     kFabricLabel,
+     {},
+     "Pulled KV payloads rejected by MRDN v1 checks (checksum, format, frame count or tier); their blocks "
+     "are "
+     "recomputed.",
+     "KvOffloader counters().corrupt_payloads",
+     "Any increase: the fabric or its memory corrupts data; the log names the payload and byte offset."},
+    {"meridian_disagg_blocks_ingested_total",
+     kCounter,
+     "blocks",
+     kFabricLabel,
+     {},
+     "KV blocks pulled back from the fabric and restored byte for byte.",
+     "KvOffloader counters().blocks_ingested",
+     "Informational: far below blocks offloaded means offloaded reasoning is rarely needed again."},
+    {"meridian_disagg_transfer_bytes_total",
+     kCounter,
+     "bytes",
+     kFabricDirectionLabels,
+     {},
+     "MRDN v1 payload bytes pushed to and pulled from the fabric.",
+     "KvOffloader counters().bytes_pushed, bytes_pulled",
+     "Rate near the link's bandwidth: the fabric is saturated; expect busy fallbacks."},
+    {"meridian_disagg_inflight_batches",
+     kGauge,
+     "batches",
+     kFabricLabel,
+     {},
+     "Offload batches pushed and not yet committed, failed or timed out.",
+     "KvOffloader counters().inflight_batches",
+     "Pinned at max_inflight_batches: commits are slow; queue_full fallbacks follow."},
 }};
 
 }  // namespace

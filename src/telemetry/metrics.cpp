@@ -15,6 +15,7 @@
 #include <span>
 
 #include "meridian/kv_block_manager.h"
+#include "meridian/kv_offload_counters.h"
 #include "meridian/phase_router.h"
 #include "meridian/scheduler.h"
 
@@ -283,6 +284,22 @@ void EngineMetrics::sync(const KvBlockManager& kv, std::string_view fabric) {
   if (const auto fabric_index = label_value_index(spec(MetricId::kDisaggBlocksOffloaded), 0, fabric)) {
     r.set(MetricId::kDisaggBlocksOffloaded, as_double(offloaded), {*fabric_index});
   }
+}
+
+void EngineMetrics::sync_offload(const KvOffloadCounters& offload, std::string_view fabric) {
+  const auto f = label_value_index(spec(MetricId::kDisaggBlocksOffloaded), 0, fabric);
+  if (!f) return;
+  MetricRegistry& r = registry_;
+  r.set(MetricId::kDisaggBlocksOffloaded, as_double(offload.blocks_offloaded_total()), {*f});
+  for (std::size_t reason = 0; reason < kOffloadFallbackReasonCount; ++reason) {
+    r.set(MetricId::kDisaggOffloadFallbacks, as_double(offload.fallbacks[reason]),
+          {*f, static_cast<std::uint8_t>(reason)});
+  }
+  r.set(MetricId::kDisaggCorruptPayloads, as_double(offload.corrupt_payloads), {*f});
+  r.set(MetricId::kDisaggBlocksIngested, as_double(offload.blocks_ingested), {*f});
+  r.set(MetricId::kDisaggTransferBytes, as_double(offload.bytes_pushed), {*f, 0});
+  r.set(MetricId::kDisaggTransferBytes, as_double(offload.bytes_pulled), {*f, 1});
+  r.set(MetricId::kDisaggInflightBatches, as_double(offload.inflight_batches), {*f});
 }
 
 void EngineMetrics::record_step(const StepStats& stats, double schedule_seconds) {

@@ -1,11 +1,16 @@
 // Links the installed libraries and uses each: the config and the router
 // (meridian_core), one replay of a two-request trace (meridian_sim) and the
-// Prometheus exposition of its live metrics (meridian_telemetry).
+// Prometheus exposition of its live metrics (meridian_telemetry) and an MRDN v1 frame
+// round trip (meridian_mrdn, with the installed BLAKE3), and a KV offload round trip
+// over the in-process fabric (meridian_disagg).
 #include <cstdio>
 #include <sstream>
+#include <vector>
 
 #include <meridian/config.h>
+#include <meridian/kv_offload.h>
 #include <meridian/metrics.h>
+#include <meridian/mrdn.h>
 #include <meridian/phase_router.h>
 #include <meridian/replay.h>
 #include <meridian/sim_workload.h>
@@ -34,6 +39,33 @@ bool replay_completes_a_trace(meridian::telemetry::EngineMetrics* metrics) {
   return result.metric("completed") == 2.0;
 }
 
+bool mrdn_round_trips() {
+  const std::vector<std::byte> body(100, std::byte{0x5a});
+  std::vector<std::byte> frame;
+  meridian::mrdn::encode_append(meridian::BlockTier::kThinkComplete, body, frame);
+  const bool decodes = meridian::mrdn::decode(frame).ok();
+  frame.back() = std::byte{0};  // a changed body byte must fail the BLAKE3 check
+  return decodes && meridian::mrdn::decode(frame).status == meridian::mrdn::DecodeStatus::kChecksumMismatch;
+}
+
+bool offload_round_trips() {
+  meridian::KvBlockManagerOptions options;
+  options.num_blocks = 4;
+  options.block_size_bytes = 64;
+  meridian::KvBlockManager kv(options);
+  meridian::HostBlockStore store(4, 64);
+  meridian::InProcessFabric fabric;
+  meridian::KvOffloader offloader(kv, store, fabric);
+  if (!kv.allocate(1, meridian::BlockTier::kThinkActive, 2).ok()) return false;
+  store.block_bytes(kv.blocks_of(1)[1])[7] = std::byte{42};
+  kv.demote_think_blocks(1);
+  offloader.on_exit_think(1);
+  offloader.poll();
+  const bool remote = !kv.holds_blocks(1) && kv.block_locations(1).size() == 2;
+  const meridian::IngestResult in = offloader.ingest(1);
+  return remote && in.restored.size() == 2 && store.block_bytes(kv.blocks_of(1)[1])[7] == std::byte{42};
+}
+
 }  // namespace
 
 int main() {
@@ -43,7 +75,10 @@ int main() {
   const bool replay_ok = replay_completes_a_trace(&metrics);
   const bool metrics_ok = meridian::telemetry::exposition_text(registry).find(
                               "meridian_requests_completed_total{how=\"eos\"} 2") != std::string::npos;
-  std::printf("find_package(meridian) consumer: router %s, replay %s, metrics %s\n",
-              router_ok ? "ok" : "FAILED", replay_ok ? "ok" : "FAILED", metrics_ok ? "ok" : "FAILED");
-  return router_ok && replay_ok && metrics_ok ? 0 : 1;
+  const bool mrdn_ok = mrdn_round_trips();
+  const bool offload_ok = offload_round_trips();
+  std::printf("find_package(meridian) consumer: router %s, replay %s, metrics %s, mrdn %s, offload %s\n",
+              router_ok ? "ok" : "FAILED", replay_ok ? "ok" : "FAILED", metrics_ok ? "ok" : "FAILED",
+              mrdn_ok ? "ok" : "FAILED", offload_ok ? "ok" : "FAILED");
+  return router_ok && replay_ok && metrics_ok && mrdn_ok && offload_ok ? 0 : 1;
 }

@@ -46,6 +46,8 @@ TEST(Config, DefaultsMatchTheReference) {
   EXPECT_FALSE(c.disagg.enabled);
   EXPECT_EQ(c.disagg.fabric, FabricKind::kNone);
   EXPECT_EQ(c.disagg.offload_threshold_blocks, 4U);
+  EXPECT_EQ(c.disagg.max_inflight_batches, 4U);
+  EXPECT_EQ(c.disagg.transfer_timeout_ms, 2000U);
   EXPECT_FALSE(c.telemetry.otlp_enabled);
   EXPECT_EQ(c.telemetry.otlp_endpoint, "http://localhost:4318");
   EXPECT_EQ(c.logging.level, "info");
@@ -129,6 +131,8 @@ capacity_bytes = 68719476736
 enabled = true
 fabric = "mooncake"
 offload_threshold_blocks = 8
+max_inflight_batches = 2
+transfer_timeout_ms = 750
 [telemetry]
 prometheus_enabled = false
 prometheus_host = "0.0.0.0"
@@ -160,6 +164,8 @@ supports_think_disable = true
   EXPECT_EQ(second.telemetry.otlp_endpoint, "https://collector.example:4318");
   EXPECT_EQ(second.model("custom").think_start_markers.at(1), "I think: \"quoted\"");
   EXPECT_EQ(second.disagg.fabric, FabricKind::kMooncake);
+  EXPECT_EQ(second.disagg.max_inflight_batches, 2U);
+  EXPECT_EQ(second.disagg.transfer_timeout_ms, 750U);
   EXPECT_EQ(second.kv_memory.capacity_bytes, 68719476736ULL);
   EXPECT_EQ(second.logging.format, "json");
 }

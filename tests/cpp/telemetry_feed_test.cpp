@@ -1,6 +1,7 @@
 // EngineMetrics: every catalog metric moves when its event happens, driven
 // through the real PhaseRouter, DualQueueScheduler and KvBlockManager (no
-// stand-ins), and every catalog metric is in the snapshot with its type and
+// stand-ins; the disaggregation counters through the real KvOffloader over
+// the in-process fabric), and every catalog metric is in the snapshot with its type and
 // labels.
 #include <chrono>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "meridian/kv_block_manager.h"
+#include "meridian/kv_offload.h"
 #include "meridian/metrics.h"
 #include "meridian/phase_router.h"
 #include "meridian/scheduler.h"
@@ -235,6 +237,55 @@ TEST(TelemetryFeed, BlockManagerUsageEvictionsAndPrefixCache) {
   metrics.sync(fabric, "nixl-synth");
   EXPECT_EQ(registry.value(MetricId::kDisaggBlocksOffloaded, {2}), 2);
   metrics.sync(fabric, "carrier-pigeon");  // not a catalog value: ignored
+  EXPECT_EQ(registry.misuse_count(), 0U);
+}
+
+TEST(TelemetryFeed, OffloaderCountersByFabricReasonAndDirection) {
+  // The catalog's reason label values are OffloadFallbackReason's, in order.
+  const MetricSpec& fallbacks = spec(MetricId::kDisaggOffloadFallbacks);
+  ASSERT_EQ(fallbacks.labels[1].values.size(), kOffloadFallbackReasonCount);
+  for (std::size_t i = 0; i < kOffloadFallbackReasonCount; ++i) {
+    EXPECT_EQ(fallbacks.labels[1].values[i], to_string(static_cast<OffloadFallbackReason>(i)));
+  }
+
+  MetricRegistry registry;
+  EngineMetrics metrics(registry);
+  KvBlockManager kv(kv_options(16));
+  HostBlockStore store(16, 1024);
+  InProcessFabric fabric;
+  KvOffloaderOptions options;
+  options.offload_threshold_blocks = 2;
+  options.max_inflight_batches = 2;
+  KvOffloader offloader(kv, store, fabric, options);
+  ASSERT_TRUE(kv.allocate(1, BlockTier::kThinkActive, 6).ok());
+  kv.demote_think_blocks(1);
+  EXPECT_EQ(offloader.on_exit_think(1).batches_pushed, 2U);  // the third batch: queue_full
+  metrics.sync_offload(offloader.counters(), offloader.fabric_label());
+  constexpr std::uint8_t kSynth = 2;
+  EXPECT_EQ(registry.value(MetricId::kDisaggInflightBatches, {kSynth}), 2);
+  EXPECT_EQ(
+      registry.value(MetricId::kDisaggOffloadFallbacks, {kSynth, idx(OffloadFallbackReason::kQueueFull)}), 1);
+  EXPECT_EQ(registry.value(MetricId::kDisaggTransferBytes, {kSynth, 0}), 4 * (32 + 1024));
+
+  offloader.poll();
+  const std::vector<FabricHandle> handles = offloader.committed_handles(1);
+  ASSERT_EQ(handles.size(), 2U);
+  ASSERT_TRUE(fabric.corrupt_byte(handles[1], 40));
+  const IngestResult in = offloader.ingest(1);
+  EXPECT_EQ(in.restored.size(), 2U);
+  metrics.sync(kv, "nixl-synth");
+  metrics.sync_offload(offloader.counters(), "nixl-synth");
+  // Both feeds mirror the same total: 4 blocks offloaded, not 8.
+  EXPECT_EQ(registry.value(MetricId::kDisaggBlocksOffloaded, {kSynth}), 4);
+  EXPECT_EQ(registry.value(MetricId::kDisaggInflightBatches, {kSynth}), 0);
+  EXPECT_EQ(registry.value(MetricId::kDisaggBlocksIngested, {kSynth}), 2);
+  EXPECT_EQ(registry.value(MetricId::kDisaggCorruptPayloads, {kSynth}), 1);
+  EXPECT_EQ(registry.value(MetricId::kDisaggTransferBytes, {kSynth, 1}), 4 * (32 + 1024));
+  for (std::uint8_t f = 0; f < 2; ++f) {  // nixl and mooncake untouched
+    EXPECT_EQ(registry.value(MetricId::kDisaggBlocksIngested, {f}), 0);
+    EXPECT_EQ(registry.value(MetricId::kDisaggTransferBytes, {f, 0}), 0);
+  }
+  metrics.sync_offload(offloader.counters(), "carrier-pigeon");  // not a catalog value: ignored
   EXPECT_EQ(registry.misuse_count(), 0U);
 }
 

@@ -245,3 +245,45 @@ def test_a_trace_arrival_beyond_the_clock_is_rejected(meridian_bin, tmp_path):
     assert result.returncode == 1
     assert f"{trace}:1: arrival_s: must be a finite number of seconds in [0, 1e+09]; got 10000000000.0" \
         in result.stderr
+
+
+DISAGG_KEYS = ["disagg_offloaded_blocks", "disagg_fallbacks", "disagg_transfer_bytes", "disagg_pull_blocks"]
+
+
+def test_disaggregated_mode_end_to_end(meridian_bin, tmp_path):
+    params = tmp_path / "pressure.toml"  # a small KV budget: long reasoning requests preempt
+    params.write_text('[cost_model]\ngpu_memory_gib = 26\n[workload]\nkind = "long-think"\n')
+    result = replay(meridian_bin, tmp_path / "out", "--params", params, "--arrival-rate", "2", "--seeds", "1",
+                    "--policies", "meridian,vllm-fcfs", "--disagg-fabric", "nixl",
+                    "--disagg-bandwidth-gbps", "1.5", "--disagg-latency-us", "200")
+    assert result.returncode == 0, result.stderr
+    meridian = json.loads((tmp_path / "out" / "meridian" / "report.json").read_text())["metrics"]
+    for key in DISAGG_KEYS:
+        assert isinstance(meridian[key], (int, float)), key
+    assert meridian["disagg_offloaded_blocks"] > 0 and meridian["disagg_pull_blocks"] > 0
+    assert meridian["disagg_transfer_bytes"] == (
+        (meridian["disagg_offloaded_blocks"] + meridian["disagg_pull_blocks"]) * (16 * 147456 + 32))
+    assert meridian["completed"] == meridian["requests"]
+    baseline = json.loads((tmp_path / "out" / "vllm-fcfs" / "report.json").read_text())["metrics"]
+    assert all(baseline[key] == 0 for key in DISAGG_KEYS)  # no fabric for the vLLM baselines
+    written = (tmp_path / "out" / "replay-params.toml").read_text()
+    assert '[disagg]\nfabric = "nixl"\nbandwidth_gbps = 1.5\nlatency_us = 200.0\n' in written
+    # Off (the default), no key and no [disagg] table appear.
+    off = replay(meridian_bin, tmp_path / "off", "--params", params, "--seeds", "1", "--policies", "meridian")
+    assert off.returncode == 0, off.stderr
+    metrics = json.loads((tmp_path / "off" / "meridian" / "report.json").read_text())["metrics"]
+    assert not [k for k in metrics if k.startswith("disagg_")]
+    assert "[disagg]" not in (tmp_path / "off" / "replay-params.toml").read_text()
+
+
+def test_disaggregated_mode_bad_input_names_the_option(meridian_bin, tmp_path):
+    result = replay(meridian_bin, tmp_path, "--disagg-bandwidth-gbps", "3")
+    assert result.returncode != 0
+    assert "--disagg-bandwidth-gbps and --disagg-latency-us need the disaggregated mode on" in result.stderr
+    result = replay(meridian_bin, tmp_path, "--disagg-fabric", "rdma")
+    assert result.returncode != 0 and "--disagg-fabric" in result.stderr
+    params = tmp_path / "bad.toml"
+    params.write_text('[disagg]\nfabric = "nixl"\nmax_inflight_batches = 0\n')
+    result = replay(meridian_bin, tmp_path, "--params", params)
+    assert result.returncode != 0
+    assert "disagg.max_inflight_batches" in result.stderr
