@@ -2,12 +2,14 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "meridian/error.h"
 #include "meridian/sim_cost_model.h"
+#include "sim/param_check.h"
 
 namespace meridian::sim {
 namespace {
@@ -17,26 +19,21 @@ constexpr double kGibi = 1073741824.0;
 constexpr double kTera = 1e12;
 constexpr double kMsPerS = 1e3;
 
-void require(std::vector<ConfigIssue>& issues, bool ok, std::string_view field, std::string_view rule,
-             double got) {
-  if (ok) return;
-  const std::string path = fmt::format("cost_model.{}", field);
-  issues.push_back({path, fmt::format("{} must be {}; got {}", path, rule, got), "", 0, 0});
-}
+constexpr std::string_view kSection = "cost_model";  // the dotted path of every issue
 
 }  // namespace
 
 RooflineCostModel::RooflineCostModel(const CostModelParams& params) : p_(params) {
   std::vector<ConfigIssue> issues;
   auto positive = [&](std::string_view field, double v) {
-    require(issues, v > 0 && std::isfinite(v), field, "> 0", v);
+    detail::require(issues, v > 0 && std::isfinite(v), kSection, field, "> 0", v);
   };
   auto fraction = [&](std::string_view field, double v) {
-    require(issues, v > 0 && v <= 1, field, "in (0, 1]", v);
+    detail::require(issues, v > 0 && v <= 1, kSection, field, "in (0, 1]", v);
   };
   positive("active_params", p_.active_params);
-  require(issues, p_.embedding_params >= 0 && p_.embedding_params < p_.active_params, "embedding_params",
-          "in [0, cost_model.active_params)", p_.embedding_params);
+  detail::require(issues, p_.embedding_params >= 0 && p_.embedding_params < p_.active_params, kSection,
+                  "embedding_params", "in [0, cost_model.active_params)", p_.embedding_params);
   positive("weight_bytes", p_.weight_bytes);
   positive("layers", p_.layers);
   positive("q_heads", p_.q_heads);
@@ -47,20 +44,21 @@ RooflineCostModel::RooflineCostModel(const CostModelParams& params) : p_(params)
   fraction("bandwidth_efficiency", p_.bandwidth_efficiency);
   positive("peak_tflops", p_.peak_tflops);
   fraction("compute_efficiency", p_.compute_efficiency);
-  require(issues, p_.overhead_ms >= 0 && std::isfinite(p_.overhead_ms), "overhead_ms", ">= 0",
-          p_.overhead_ms);
+  detail::require(issues, p_.overhead_ms >= 0 && std::isfinite(p_.overhead_ms), kSection, "overhead_ms",
+                  ">= 0", p_.overhead_ms);
   positive("pcie_bandwidth_gbps", p_.pcie_bandwidth_gbps);
   positive("gpu_memory_gib", p_.gpu_memory_gib);
   fraction("gpu_memory_utilization", p_.gpu_memory_utilization);
-  require(issues, p_.activation_reserve_gib >= 0 && std::isfinite(p_.activation_reserve_gib),
-          "activation_reserve_gib", ">= 0", p_.activation_reserve_gib);
+  detail::require(issues, p_.activation_reserve_gib >= 0 && std::isfinite(p_.activation_reserve_gib),
+                  kSection, "activation_reserve_gib", ">= 0", p_.activation_reserve_gib);
   if (issues.empty()) {
     kv_bytes_ = p_.gpu_memory_gib * kGibi * p_.gpu_memory_utilization - p_.weight_bytes -
                 p_.activation_reserve_gib * kGibi;
-    require(issues, kv_bytes_ > 0, "gpu_memory_gib",
-            "large enough for the weights and activations (gpu_memory_gib * 2^30 * gpu_memory_utilization - "
-            "weight_bytes - activation_reserve_gib * 2^30 > 0)",
-            p_.gpu_memory_gib);
+    detail::require(
+        issues, kv_bytes_ > 0, kSection, "gpu_memory_gib",
+        "large enough for the weights and activations (gpu_memory_gib * 2^30 * gpu_memory_utilization - "
+        "weight_bytes - activation_reserve_gib * 2^30 > 0)",
+        p_.gpu_memory_gib);
   }
   if (!issues.empty()) throw ConfigError(std::move(issues));
   bytes_per_ms_ = p_.hbm_bandwidth_gbps * kGiga * p_.bandwidth_efficiency / kMsPerS;

@@ -2,6 +2,7 @@
 // the checks of [disagg].
 #include <cmath>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -9,6 +10,7 @@
 
 #include "meridian/error.h"
 #include "meridian/sim_cost_model.h"
+#include "sim/param_check.h"
 
 namespace meridian::sim {
 namespace {
@@ -22,12 +24,7 @@ constexpr double kMaxLatencyUs = 1e7;  // 10 s
 constexpr double kMaxThresholdBlocks = 1048576;
 constexpr double kMaxInflightBatches = 4096;
 
-void require(std::vector<ConfigIssue>& issues, bool ok, std::string_view field, std::string_view rule,
-             double got) {
-  if (ok) return;
-  const std::string path = fmt::format("disagg.{}", field);
-  issues.push_back({path, fmt::format("{} must be {}; got {}", path, rule, got), "", 0, 0});
-}
+constexpr std::string_view kSection = "disagg";  // the dotted path of every issue
 
 }  // namespace
 
@@ -54,17 +51,19 @@ void validate(const DisaggSimParams& p) {
                                   p.fabric.substr(0, 64)),
                       "", 0, 0});
   }
-  require(issues, p.bandwidth_gbps > 0 && p.bandwidth_gbps <= kMaxBandwidthGbps, "bandwidth_gbps",
-          fmt::format("in (0, {:g}]", kMaxBandwidthGbps), p.bandwidth_gbps);
-  require(issues, p.latency_us >= 0 && p.latency_us <= kMaxLatencyUs, "latency_us",
-          fmt::format("in [0, {:g}]", kMaxLatencyUs), p.latency_us);
-  require(issues, p.hash_gbps > 0 && p.hash_gbps <= kMaxBandwidthGbps, "hash_gbps",
-          fmt::format("in (0, {:g}]", kMaxBandwidthGbps), p.hash_gbps);
-  require(issues, p.offload_threshold_blocks >= 1 && p.offload_threshold_blocks <= kMaxThresholdBlocks,
-          "offload_threshold_blocks", fmt::format("in [1, {:g}]", kMaxThresholdBlocks),
-          p.offload_threshold_blocks);
-  require(issues, p.max_inflight_batches >= 1 && p.max_inflight_batches <= kMaxInflightBatches,
-          "max_inflight_batches", fmt::format("in [1, {:g}]", kMaxInflightBatches), p.max_inflight_batches);
+  detail::require(issues, p.bandwidth_gbps > 0 && p.bandwidth_gbps <= kMaxBandwidthGbps, kSection,
+                  "bandwidth_gbps", fmt::format("in (0, {:g}]", kMaxBandwidthGbps), p.bandwidth_gbps);
+  detail::require(issues, p.latency_us >= 0 && p.latency_us <= kMaxLatencyUs, kSection, "latency_us",
+                  fmt::format("in [0, {:g}]", kMaxLatencyUs), p.latency_us);
+  detail::require(issues, p.hash_gbps > 0 && p.hash_gbps <= kMaxBandwidthGbps, kSection, "hash_gbps",
+                  fmt::format("in (0, {:g}]", kMaxBandwidthGbps), p.hash_gbps);
+  detail::require(issues,
+                  p.offload_threshold_blocks >= 1 && p.offload_threshold_blocks <= kMaxThresholdBlocks,
+                  kSection, "offload_threshold_blocks", fmt::format("in [1, {:g}]", kMaxThresholdBlocks),
+                  p.offload_threshold_blocks);
+  detail::require(issues, p.max_inflight_batches >= 1 && p.max_inflight_batches <= kMaxInflightBatches,
+                  kSection, "max_inflight_batches", fmt::format("in [1, {:g}]", kMaxInflightBatches),
+                  p.max_inflight_batches);
   if (!issues.empty()) throw ConfigError(std::move(issues));
 }
 
