@@ -132,6 +132,18 @@ def wait_committed(fabric, handles) -> None:
         time.sleep(0.001)
 
 
+def push_when_free(fabric, payload, busy_error, what: str, pause_s: float) -> int:
+    """Push, retrying while the fabric answers busy (a released region is reused only once the
+    peer has processed its release); fails the test if it stays busy past the deadline."""
+    deadline = time.monotonic() + WAIT_TIMEOUT_S
+    while True:
+        try:
+            return fabric.push(payload)
+        except busy_error:
+            assert time.monotonic() < deadline, what
+            time.sleep(pause_s)
+
+
 # -- scenarios (fabric_factory(directory, **kwargs) -> a fabric) --------------------------
 
 
@@ -198,14 +210,7 @@ def back_pressure(fabric, peer: RemoteTier, rng, busy_error) -> None:
     # The region comes back once the peer has processed the release (it may
     # still be validating it): busy until then, never longer than the deadline.
     payload = batch(rng, 1)
-    deadline = time.monotonic() + WAIT_TIMEOUT_S
-    while True:
-        try:
-            handle = fabric.push(payload)
-            break
-        except busy_error:
-            assert time.monotonic() < deadline, "a released region never came back"
-            time.sleep(0.01)
+    handle = push_when_free(fabric, payload, busy_error, "a released region never came back", 0.01)
     wait_committed(fabric, [handle])
     assert fabric.pull(handle) == payload
     peer.wait_status(lambda s: s["committed_batches"] == len(kept) + 1 and s["corrupt_batches"] == 0,
@@ -218,14 +223,7 @@ def back_pressure(fabric, peer: RemoteTier, rng, busy_error) -> None:
     churn = 200
     for i in range(churn):
         payload = batch(rng, 1 + i % 4)
-        deadline = time.monotonic() + WAIT_TIMEOUT_S
-        while True:
-            try:
-                handle = fabric.push(payload)
-                break
-            except busy_error:
-                assert time.monotonic() < deadline, "released regions never came back"
-                time.sleep(0.001)
+        handle = push_when_free(fabric, payload, busy_error, "released regions never came back", 0.001)
         wait_committed(fabric, [handle])
         fabric.release(handle)
     status = peer.wait_status(lambda s: s["committed_batches"] + s["corrupt_batches"] >= len(kept) + 1 + churn,
