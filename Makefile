@@ -1,6 +1,7 @@
 # Meridian's user interface. On a fresh Debian 12 machine:
 #   make demo   installs what the demo needs, builds, runs the A/B replay
-#   make test   installs everything, builds, runs every test
+#   make test   installs everything, builds, runs every test (timed per stage)
+#   make check  the contributor's inner loop: build, ctest, pytest without real engines, format
 # Other targets: setup, build, bench, soak, fuzz, docs-check, format, lint, clean.
 
 SHELL := /bin/bash
@@ -16,37 +17,52 @@ CMAKE_FLAGS ?=
 SOURCES := $(shell git ls-files '*.cpp' '*.h' '*.cu' 2>/dev/null || find include src apps tests benchmarks bindings -name '*.cpp' -o -name '*.h')
 TIDY_SOURCES := $(shell git ls-files 'src/*.cpp' 'apps/*.cpp' 'kernels/*.cpp' 2>/dev/null)
 
-.PHONY: all setup build test test-cpp test-sanitizers test-python test-package test-install test-vllm-compat lint format format-check bench demo clean
+.PHONY: all setup build test check test-cpp test-sanitizers test-asan test-tsan test-python test-package test-install \
+	test-vllm-compat lint format format-check bench demo clean
 
 all: build
 
 setup:
 	@scripts/setup.sh
 
+# $(BUILD_DIR)'s configuration. The wheel that test-package builds uses the same tree and
+# the same settings, so the Python extension and the libraries it links are compiled once.
+MAIN_DEFINES := MERIDIAN_BUILD_TESTS=ON MERIDIAN_BUILD_BENCH=ON MERIDIAN_BUILD_APPS=ON MERIDIAN_BUILD_TELEMETRY=ON \
+	MERIDIAN_BUILD_PYTHON=ON
+
 build: setup
-	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DMERIDIAN_BUILD_TESTS=ON \
-	  -DMERIDIAN_BUILD_BENCH=ON -DMERIDIAN_BUILD_APPS=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(addprefix -D,$(MAIN_DEFINES)) \
+	  -DPython_EXECUTABLE=$(abspath $(PYTHON)) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 	@echo "built $(BUILD_DIR)/bin/meridian"
 
-# Everything CI checks, in order of how fast each fails.
-test: build format-check test-cpp test-python docs-check test-vllm-compat test-install test-sanitizers fuzz-smoke lint
-	@echo "make test: all checks passed"
+# Everything CI checks, fastest failures first, each stage timed (scripts/make_test.sh).
+test:
+	@BUILD_DIR=$(BUILD_DIR) MAKE="$(MAKE)" scripts/make_test.sh
+
+# The inner loop (CONTRIBUTING.md#build-and-test): the main build, ctest, pytest without the
+# suites that start a real vLLM engine or server, and the formatting check.
+check: build format-check test-cpp test-package
+	@MERIDIAN_BIN=$(abspath $(BUILD_DIR))/bin/meridian $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not e2e" tests/python
 
 test-cpp:
 	@cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS)
 
 # ASan+UBSan over every C++ suite; TSan over the concurrent suites.
-test-sanitizers:
+test-sanitizers: test-asan test-tsan
+
+test-asan: setup
 	@cmake -S . -B $(BUILD_DIR)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMERIDIAN_SANITIZE=address,undefined \
 	  -DMERIDIAN_ENABLE_CUDA=OFF -DMERIDIAN_BUILD_BENCH=OFF -DMERIDIAN_BUILD_APPS=OFF >/dev/null
 	@cmake --build $(BUILD_DIR)-asan -j $(JOBS)
 	@cd $(BUILD_DIR)-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS)
+	  ctest --output-on-failure --no-tests=error -j $(JOBS)
+
+TSAN_TESTS := router_concurrency_test request_id_map_test row_stats_test engine_concurrency_test telemetry_registry_test
+test-tsan: setup
 	@cmake -S . -B $(BUILD_DIR)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMERIDIAN_SANITIZE=thread \
 	  -DMERIDIAN_ENABLE_CUDA=OFF -DMERIDIAN_BUILD_BENCH=OFF -DMERIDIAN_BUILD_APPS=OFF >/dev/null
-	@cmake --build $(BUILD_DIR)-tsan -j $(JOBS) --target router_concurrency_test request_id_map_test row_stats_test \
-	  engine_concurrency_test telemetry_registry_test
+	@cmake --build $(BUILD_DIR)-tsan -j $(JOBS) --target $(TSAN_TESTS)
 	@cd $(BUILD_DIR)-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure --no-tests=error -L 'concurrency|kernels' -j $(JOBS)
 
@@ -67,17 +83,21 @@ fuzz: fuzz-build
 	@scripts/fuzz.sh --seconds $(FUZZ_SECONDS) $(if $(FUZZ_MERGE),--merge) $(BUILD_DIR)-fuzz/bin
 
 fuzz-smoke: fuzz-build
-	@scripts/fuzz.sh --seconds $(FUZZ_SMOKE_SECONDS) $(BUILD_DIR)-fuzz/bin
+	@scripts/fuzz.sh --seconds $(FUZZ_SMOKE_SECONDS) --jobs $(JOBS) $(BUILD_DIR)-fuzz/bin
 
-# The Python package, installed as a user would (pip install .), then pytest
-# against the installed copy; the CLI tests use $(BUILD_DIR)/bin/meridian.
+# The Python package, installed as a user would (pip install), then pytest against the
+# installed copy, one worker per core (pytest-xdist; a module goes whole to one worker, so its
+# engine or server fixture starts once); the CLI tests use $(BUILD_DIR)/bin/meridian.
+PYTEST_PARALLEL := -n $(JOBS) --dist loadscope --no-loadscope-reorder
+PYTEST_FILES ?= tests/python
 test-python: test-package
-	@MERIDIAN_BIN=$(abspath $(BUILD_DIR))/bin/meridian $(PYTHON) -m pytest -q tests/python
+	@MERIDIAN_BIN=$(abspath $(BUILD_DIR))/bin/meridian $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_FILES)
 
 # The vLLM integration's scheduler- and processor-level tests against vLLM 0.33.0, in its
-# own environment (.venv-vllm-0.33; the official wheel has no CPU kernels, so no generation).
-test-vllm-compat:
-	@scripts/vllm-compat.sh "-mnot e2e" tests/python/test_vllm_scheduler.py \
+# own environment (.venv-vllm-0.33; the official wheel has no CPU kernels, so no generation),
+# with the wheel test-package built.
+test-vllm-compat: test-package
+	@scripts/vllm-compat.sh --wheel "$$(echo $(WHEEL_DIR)/meridian-*.whl)" "-mnot e2e" tests/python/test_vllm_scheduler.py \
 	  tests/python/test_vllm_logits_processor.py tests/python/test_vllm_extra_args.py
 
 # Every shell command shown in README.md and docs/ runs (blocks marked
@@ -85,10 +105,13 @@ test-vllm-compat:
 # docs/configuration.md matches the schema (CONTRIBUTING.md#docs-that-cannot-drift).
 .PHONY: docs-check
 docs-check: test-package
-	@BUILD_DIR=$(BUILD_DIR) $(PYTHON) scripts/docs_check.py --build-dir $(BUILD_DIR)
+	@BUILD_DIR=$(BUILD_DIR) $(PYTHON) scripts/docs_check.py --build-dir $(BUILD_DIR) --jobs $(JOBS)
 
-test-package:
-	@$(PYTHON) -m pip install -q --no-build-isolation --no-deps .
+# The wheel, built in $(BUILD_DIR) with its settings (nothing compiled twice) and installed into
+# .venv; skipped while its inputs are unchanged (scripts/test_package.sh).
+WHEEL_DIR := $(BUILD_DIR)/wheel
+test-package: build
+	@scripts/test_package.sh $(BUILD_DIR) $(BUILD_TYPE) $(MAIN_DEFINES) -- $(CMAKE_FLAGS)
 
 # The exported CMake package works for a downstream project.
 test-install:
@@ -105,10 +128,10 @@ format:
 format-check:
 	@clang-format --dry-run -Werror $(SOURCES)
 
-lint:
-	@run-clang-tidy -quiet -p $(BUILD_DIR) -j $(JOBS) -extra-arg=-Wthread-safety $(addprefix $(CURDIR)/,$(TIDY_SOURCES)) >/tmp/meridian-tidy.log 2>&1 \
-	  || { grep -E "warning:|error:" -A3 /tmp/meridian-tidy.log | head -100; exit 1; }
-	@echo "clang-tidy: clean"
+# clang-tidy over every translation unit whose inputs changed since it was last found clean
+# (scripts/tidy_cached.py: a change to a header re-checks every unit that includes it).
+lint: build
+	@python3 scripts/tidy_cached.py -p $(BUILD_DIR) -j $(JOBS) --extra-arg=-Wthread-safety $(TIDY_SOURCES)
 
 # A million requests through one router, scheduler, block manager and id map; checks that
 # nothing stays tracked, every KV block comes back and memory stays flat (docs/operations.md#soak).

@@ -36,6 +36,7 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import json
 import math
@@ -544,7 +545,7 @@ def installed_metric_catalog() -> list[dict]:
 
 
 def check_commands(files: list[pathlib.Path], repo: pathlib.Path, build_dir: pathlib.Path, timeout_s: float,
-                   dry_run: bool) -> list[Failure]:
+                   dry_run: bool, jobs: int = 1) -> list[Failure]:
     failures: list[Failure] = []
     blocks: list[tuple[str, Block]] = []
     for path in files:
@@ -553,23 +554,37 @@ def check_commands(files: list[pathlib.Path], repo: pathlib.Path, build_dir: pat
             blocks += [(display, b) for b in extract_blocks(path, path.read_text(encoding="utf-8"), display)]
         except DocsCheckError as error:
             failures.append(Failure("docs-check", str(error)))
-    for display, block in blocks:
-        where = f"{display}:{block.line}"
-        if block.skip_reason is not None:
-            print(f"  skip {where} ({block.skip_reason})", flush=True)
-            continue
-        if dry_run:
-            for command in block.commands:
-                print(f"  would run {display}:{command.line}: {command.text}")
-            continue
+    def timed_run(display: str, block: Block) -> tuple[Failure | None, float]:
         started = time.monotonic()
         failure = run_block(block, repo, build_dir, timeout_s, display)
-        elapsed = time.monotonic() - started
-        print(f"  {'FAIL' if failure else 'ok  '} {where} ({len(block.commands)} commands, {elapsed:.1f} s)",
-              flush=True)
-        if failure:
-            failures.append(failure)
+        return failure, time.monotonic() - started
+
+    # Each block runs in its own scratch root, so blocks run side by side (`jobs` at a time);
+    # the report keeps the documents' order.
+    runnable = [(d, b) for d, b in blocks if b.skip_reason is None and not dry_run]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        results = {id(b): pool.submit(timed_run, d, b) for d, b in sorted(runnable, key=_expected_cost)}
+        for display, block in blocks:
+            where = f"{display}:{block.line}"
+            if block.skip_reason is not None:
+                print(f"  skip {where} ({block.skip_reason})", flush=True)
+                continue
+            if dry_run:
+                for command in block.commands:
+                    print(f"  would run {display}:{command.line}: {command.text}")
+                continue
+            failure, elapsed = results[id(block)].result()
+            print(f"  {'FAIL' if failure else 'ok  '} {where} ({len(block.commands)} commands, {elapsed:.1f} s)",
+                  flush=True)
+            if failure:
+                failures.append(failure)
     return failures
+
+
+def _expected_cost(item: tuple[str, Block]) -> int:
+    """Blocks that run the replay or a benchmark first, so the long ones do not end up last."""
+    text = " ".join(c.text for c in item[1].commands)
+    return -sum(text.count(word) for word in ("replay", "bench", "python"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -578,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the build whose bin/meridian the docs' build/bin/meridian means (default: build)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds one block may run")
     parser.add_argument("--dry-run", action="store_true", help="list the commands, run nothing")
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="blocks run side by side (default: 1)")
     parser.add_argument("--no-commands", action="store_true",
                         help="only check the references (configuration, metric catalog)")
     parser.add_argument("--no-config", action="store_true", help="only run the commands")
@@ -606,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_commands:
         files = [f.resolve() for f in args.files] or markdown_files(REPO)
         print(f"docs-check: shell commands in {len(files)} Markdown files")
-        failures += check_commands(files, REPO, build_dir, args.timeout, args.dry_run)
+        failures += check_commands(files, REPO, build_dir, args.timeout, args.dry_run, args.jobs)
     if not args.no_config and not args.dry_run:
         reference = REPO / "docs" / "configuration.md"
         print("docs-check: docs/configuration.md against the schema")

@@ -4,6 +4,10 @@
 # requirements file given (default: requirements-dev.txt, then vLLM's pinned
 # dependencies and vLLM itself). A file whose name contains "nodeps" is
 # installed with --no-deps. Idempotent and silent when everything is present.
+# Python packages go in through uv (pinned below, bootstrapped into .venv with
+# pip): it keeps one cache per machine (~/.cache/uv) and links packages from it,
+# so a fresh clone's .venv, vLLM and torch included, is ready in seconds once
+# any clone on the machine has downloaded them (docs/testing.md#build-caches).
 #   scripts/setup.sh [APT_FILE [REQUIREMENTS_FILE ...]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,10 +37,16 @@ if ((${#missing[@]})); then
 fi
 
 python=${PYTHON:-python3}
+uv_version=0.13.8
 if [[ ! -x .venv/bin/python ]]; then
   echo "setup: creating .venv with $($python --version 2>&1)"
   "$python" -m venv .venv
 fi
+if [[ "$(.venv/bin/uv --version 2>/dev/null)" != "uv $uv_version"* ]]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check "uv==$uv_version"
+fi
+# The system's CA store, as pip is configured here.
+export UV_SYSTEM_CERTS=${UV_SYSTEM_CERTS:-1}
 
 # One stamp per requirements file, so `make demo` and `make test` do not
 # undo each other's record; a file with no requirements installs nothing.
@@ -47,10 +57,9 @@ for requirements_file in "${requirements_files[@]}"; do
     continue  # nothing to install
   elif [[ ! -f "$stamp" ]] || ! grep -qx "$want" "$stamp"; then
     echo "setup: installing Python packages from $requirements_file"
-    .venv/bin/python -m pip install -q --upgrade pip
     no_deps=()
     if [[ "$requirements_file" == *nodeps* ]]; then no_deps=(--no-deps); fi
-    .venv/bin/python -m pip install -q "${no_deps[@]}" -r "$requirements_file"
+    .venv/bin/uv pip install -q --python .venv/bin/python "${no_deps[@]}" -r "$requirements_file"
     echo "$want" > "$stamp"
   fi
 done

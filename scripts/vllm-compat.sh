@@ -5,7 +5,9 @@
 # certifi>=2026.10.19 is not on the index), this checkout's meridian package
 # and pytest. Idempotent: each install is skipped while its stamp matches.
 # Prints "vllm 0.33.0: N passed, M failed" last and exits with pytest's status.
-#   scripts/vllm-compat.sh [PYTEST_OPTION ...] [TEST_FILE ...]
+# --wheel FILE installs that meridian wheel (built once by `make test-package` for
+# the same Python) instead of building this checkout a second time.
+#   scripts/vllm-compat.sh [--wheel FILE] [PYTEST_OPTION ...] [TEST_FILE ...]
 #   (default: tests/python/test_vllm_scheduler.py; options start with "-", e.g. -m "not e2e"
 #   must be given as -m and "not e2e" joined: -m"not e2e")
 # The official 0.33.0 wheel has no CPU kernels: without a GPU only
@@ -19,6 +21,12 @@ requirements="requirements-vllm-0.33.txt"
 python=${PYTHON:-python3}
 tests=()
 pytest_options=()
+wheel=""
+if [[ ${1:-} == --wheel ]]; then
+  wheel=${2:?"vllm-compat: --wheel needs a file"}
+  [[ -f $wheel ]] || { echo "vllm-compat: no such wheel: $wheel" >&2; exit 2; }
+  shift 2
+fi
 for arg in "$@"; do
   if [[ $arg == -* ]]; then pytest_options+=("$arg"); continue; fi
   [[ -e "$arg" ]] || { echo "vllm-compat: no such test file: $arg" >&2; exit 2; }
@@ -30,7 +38,16 @@ if [[ ! -x $venv/bin/python ]]; then
   echo "vllm-compat: creating $venv with $($python --version 2>&1)"
   "$python" -m venv "$venv"
 fi
-pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+# uv from .venv (make setup) links the packages from the machine's cache, so a
+# fresh clone's environment is made in seconds; pip otherwise.
+if [[ -x .venv/bin/uv ]]; then
+  export UV_SYSTEM_CERTS=${UV_SYSTEM_CERTS:-1}
+  pip=(.venv/bin/uv pip install -q --python "$venv/bin/python")
+  reinstall=(--reinstall-package meridian)
+else
+  pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+  reinstall=(--force-reinstall)
+fi
 
 # 1. Dependencies, then vLLM itself: one stamp for both.
 stamp=$venv/.installed-deps.sha256
@@ -44,14 +61,23 @@ if [[ ! -f $stamp ]] || ! grep -qx "$want" "$stamp"; then
   echo "vllm-compat: installed in $((SECONDS - started)) s; $venv is $(du -sh "$venv" | cut -f1)"
 fi
 
-# 2. This checkout's meridian package, rebuilt when its sources change
-# (a private build directory, so the shared build trees are not touched).
+# 2. This checkout's meridian package: the given wheel, or a build of the checkout
+# (a private build directory, so the shared build trees are not touched); each
+# reinstalled when it changes.
 stamp=$venv/.installed-meridian.sha256
-want=$(find pyproject.toml CMakeLists.txt cmake bindings include src python -type f \
-         ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+if [[ -n $wheel ]]; then
+  want=$(sha256sum "$wheel" | cut -d' ' -f1)
+else
+  want=$(find pyproject.toml CMakeLists.txt cmake bindings include src python -type f \
+           ! -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+fi
 if [[ ! -f $stamp ]] || ! grep -qx "$want" "$stamp"; then
-  echo "vllm-compat: installing this checkout's meridian package into $venv"
-  "${pip[@]}" --no-build-isolation --no-deps --config-settings=build-dir="$venv/meridian-build" .
+  echo "vllm-compat: installing this checkout's meridian package into $venv${wheel:+ from $wheel}"
+  if [[ -n $wheel ]]; then
+    "${pip[@]}" --no-deps "${reinstall[@]}" "$wheel"
+  else
+    "${pip[@]}" --no-build-isolation --no-deps "${reinstall[@]}" --config-setting=build-dir="$venv/meridian-build" .
+  fi
   echo "$want" > "$stamp"
 fi
 

@@ -11,13 +11,15 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include "source_path.h"
+
 namespace meridian {
 namespace {
 
 using ::testing::HasSubstr;
 
 std::string read_source_file(const std::string& relative) {
-  std::ifstream in(std::string(MERIDIAN_SOURCE_DIR) + "/" + relative);
+  std::ifstream in(meridian::test::source_path(relative));
   EXPECT_TRUE(in.good()) << relative;
   std::ostringstream out;
   out << in.rdbuf();

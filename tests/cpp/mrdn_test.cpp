@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <rapidcheck/gtest.h>
 
+#include "source_path.h"
 #include <sys/mman.h>
 
 namespace meridian::mrdn {
@@ -55,7 +56,7 @@ std::uint32_t u32_at(const Bytes& b, std::size_t at) {
 }
 
 nlohmann::json load_vectors() {
-  std::ifstream in(MERIDIAN_SOURCE_DIR "/tests/data/mrdn_vectors.json");
+  std::ifstream in(meridian::test::source_path("tests/data/mrdn_vectors.json"));
   EXPECT_TRUE(in.good()) << "tests/data/mrdn_vectors.json is missing";
   return nlohmann::json::parse(in);
 }

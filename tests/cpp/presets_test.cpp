@@ -5,6 +5,7 @@
 
 #include "meridian/config.h"
 #include "meridian/tokenizer_vocab.h"
+#include "source_path.h"
 
 namespace meridian {
 namespace {
@@ -12,7 +13,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-const std::string kQwenTokenizer = std::string(MERIDIAN_SOURCE_DIR) + "/tests/data/qwen3/tokenizer.json";
+const std::string kQwenTokenizer = meridian::test::source_path("tests/data/qwen3/tokenizer.json");
 
 TEST(Presets, AllBuiltInPresetsArePresentAndValid) {
   EXPECT_THAT(builtin_model_presets(),

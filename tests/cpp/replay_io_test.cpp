@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "meridian/replay.h"
+#include "source_path.h"
 
 namespace meridian::sim {
 namespace {
@@ -261,7 +262,7 @@ TEST(Trace, AFileThatCannotBeReadIsAnError) {
 }
 
 TEST(Trace, ShippedExampleTraceLoads) {
-  const Workload w = load_trace(MERIDIAN_SOURCE_DIR "/benchmarks/traces/example.jsonl");
+  const Workload w = load_trace(meridian::test::source_path("benchmarks/traces/example.jsonl"));
   EXPECT_GE(w.requests.size(), 10U);
 }
 

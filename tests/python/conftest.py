@@ -39,3 +39,16 @@ def meridian_bin() -> pathlib.Path:
 @pytest.fixture
 def qwen3_tokenizer() -> pathlib.Path:
     return DATA / "qwen3" / "tokenizer.json"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules marked ``slow(seconds)`` first, longest first; the rest keep their order.
+
+    `make test` runs pytest-xdist with ``--dist loadscope``: each module goes whole to the next
+    free worker (so a module's engine or server fixture starts once). Handing out the long
+    modules first keeps one worker from starting an 80 s module while the other has finished."""
+    def cost(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("slow")
+        return -float(marker.args[0]) if marker and marker.args else 0.0
+
+    items.sort(key=cost)  # stable: the order within a module and among the rest is kept

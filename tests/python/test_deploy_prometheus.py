@@ -25,6 +25,9 @@ import yaml
 
 import meridian
 
+# About 30 s on 2 cores: scheduled first (conftest.py), so parallel workers end together.
+pytestmark = pytest.mark.slow(30)
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
 ALERT_TESTS = REPO / "deploy" / "prometheus" / "alerts.test.yml"

@@ -10,6 +10,9 @@ import urllib.request
 
 import pytest
 
+# About 30 s on 2 cores: scheduled first (conftest.py), so parallel workers end together.
+pytestmark = pytest.mark.slow(30)
+
 URL_LINE = re.compile(r"serving metrics on (http://\S+/metrics)")
 
 

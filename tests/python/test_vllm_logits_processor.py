@@ -29,6 +29,9 @@ from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 import meridian
 from meridian.vllm import ForceThinkEnd
 
+# About 25 s on 2 cores: scheduled first (conftest.py), so parallel workers end together.
+pytestmark = pytest.mark.slow(25)
+
 TINY = pathlib.Path(__file__).resolve().parents[1] / "data" / "qwen3-tiny"
 VOCAB = 151936
 THINK, END_THINK, IM_END, TOOL_OPEN, TOOL_CLOSE = 151667, 151668, 151645, 151657, 151658

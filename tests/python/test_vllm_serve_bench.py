@@ -18,6 +18,9 @@ import venv
 
 import pytest
 
+# About 80 s on 2 cores: scheduled first (conftest.py), so parallel workers end together.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow(80)]
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks" / "vllm_serve_bench.py"
 MODEL = REPO / "tests" / "data" / "qwen3-tiny"

@@ -28,6 +28,9 @@ import pytest
 
 from vllm_rig import END_THINK, THINK, TINY_MODEL
 
+# About 60 s on 2 cores: scheduled first (conftest.py), so parallel workers end together.
+pytestmark = pytest.mark.slow(60)
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MAX_THINK = 6
 N_REQUESTS = 3
