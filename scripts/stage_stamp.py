@@ -47,6 +47,8 @@ EXCLUDED = {
 # environment, less scikit-build-core's per-run scratch paths.
 BUILD_TREES = {"test-python": ("",), "docs-check": ("",), "test-vllm-compat": ("",), "test-asan": ("-asan",),
                "test-tsan": ("-tsan",), "fuzz-smoke": ("-fuzz",)}
+# The Python environments a stage runs in (their install stamps are part of its environment).
+VENVS = {"test-python": (".venv",), "docs-check": (".venv",), "test-vllm-compat": (".venv-vllm-0.33",)}
 ENV_VARIABLES = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "CMAKE_FLAGS", "BUILD_TYPE", "JOBS", "ASAN_OPTIONS",
                  "UBSAN_OPTIONS", "TSAN_OPTIONS", "FUZZ_SMOKE_SECONDS", "PYTHON", "PYTEST_ADDOPTS", "MERIDIAN_CONFIG")
 
@@ -64,7 +66,7 @@ def environment(root: pathlib.Path, stage: str, build_dir: pathlib.Path) -> str:
     h = hashlib.sha256()
     h.update(subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version}\\n"], capture_output=True,
                             check=False).stdout)
-    for venv in (".venv", ".venv-vllm-0.33"):
+    for venv in VENVS.get(stage, ()):
         python = root / venv / "bin" / "python"
         h.update(f"{venv} -> {os.path.realpath(python) if python.exists() else 'none'}\n".encode())
         for stamp in sorted((root / venv).glob(".installed-*")):
