@@ -126,7 +126,7 @@ def main() -> int:
     memo: dict[pathlib.Path, str] = {}
     keys = [unit_key(e, common, deps, source_dir, memo) for e in units]
 
-    todo = [(e, k) for e, k in zip(units, keys) if k is None or not (cache / k[:2] / k).exists()]
+    to_check = [(e, k) for e, k in zip(units, keys) if k is None or not (cache / k[:2] / k).exists()]
     extra = [f"--extra-arg={a}" for a in args.extra_arg]
 
     def check(entry: dict) -> subprocess.CompletedProcess:
@@ -135,7 +135,7 @@ def main() -> int:
 
     failed = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for (entry, key), result in zip(todo, pool.map(lambda t: check(t[0]), todo)):
+        for (entry, key), result in zip(to_check, pool.map(lambda t: check(t[0]), to_check)):
             findings = "warning:" in result.stdout or "error:" in result.stdout
             if result.returncode != 0 or findings:
                 failed += 1
@@ -145,8 +145,8 @@ def main() -> int:
             elif key is not None:
                 (cache / key[:2]).mkdir(parents=True, exist_ok=True)
                 (cache / key[:2] / key).write_text(os.path.relpath(entry["file"], source_dir) + "\n")
-    print(f"clang-tidy: {len(units)} translation units, {len(units) - len(todo)} unchanged since found clean, "
-          f"{len(todo)} checked, {failed} with findings")
+    print(f"clang-tidy: {len(units)} translation units, {len(units) - len(to_check)} unchanged since found clean, "
+          f"{len(to_check)} checked, {failed} with findings")
     return 1 if failed else 0
 
 
