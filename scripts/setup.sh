@@ -63,3 +63,6 @@ for requirements_file in "${requirements_files[@]}"; do
     echo "$want" > "$stamp"
   fi
 done
+
+# Bytecode for everything installed, once per set of installs (scripts/compile_bytecode.sh).
+scripts/compile_bytecode.sh .venv

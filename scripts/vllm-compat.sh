@@ -60,6 +60,7 @@ if [[ ! -f $stamp ]] || ! grep -qx "$want" "$stamp"; then
   echo "$want" > "$stamp"
   echo "vllm-compat: installed in $((SECONDS - started)) s; $venv is $(du -sh "$venv" | cut -f1)"
 fi
+scripts/compile_bytecode.sh "$venv"
 
 # 2. This checkout's meridian package: the given wheel, or a build of the checkout
 # (a private build directory, so the shared build trees are not touched); each
@@ -87,7 +88,7 @@ trap 'rm -rf "$cache"' EXIT
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} TRANSFORMERS_OFFLINE=${TRANSFORMERS_OFFLINE:-1}
 export VLLM_TARGET_DEVICE=${VLLM_TARGET_DEVICE:-cpu} VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
 export VLLM_ENABLE_V1_MULTIPROCESSING=${VLLM_ENABLE_V1_MULTIPROCESSING:-0}
-export VLLM_NO_USAGE_STATS=1 VLLM_DO_NOT_TRACK=1 VLLM_CACHE_ROOT=${VLLM_CACHE_ROOT:-$cache/vllm}
+export VLLM_NO_USAGE_STATS=1 VLLM_DO_NOT_TRACK=1  # VLLM_CACHE_ROOT: tests/python/conftest.py's, per vLLM version
 installed=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm"))')
 status=0
 "$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$cache/junit.xml" "${pytest_options[@]}" "${tests[@]}" || status=$?
