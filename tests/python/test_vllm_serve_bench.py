@@ -18,8 +18,8 @@ import venv
 
 import pytest
 
-# About 80 s on 2 cores: scheduled first (conftest.py), so parallel workers end together.
-pytestmark = [pytest.mark.e2e, pytest.mark.slow(80)]
+# About 50 s on 2 cores: scheduled first (conftest.py), so parallel workers end together.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow(50)]
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks" / "vllm_serve_bench.py"
@@ -33,10 +33,10 @@ CONTRACT = ["ttft_p95_ms", "ttfv_p95_ms", "ttot_p95_ms", "output_itl_p99_ms", "t
             "throughput_tokens_per_s", "preemptions", "slo_attainment_pct", "prefix_hit_rate"]
 
 
-def vllm_env(tmp: pathlib.Path) -> dict[str, str]:
+def vllm_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1",
-               VLLM_NO_USAGE_STATS="1", VLLM_DO_NOT_TRACK="1", VLLM_CACHE_ROOT=str(tmp / "vllm-cache"))
+               VLLM_NO_USAGE_STATS="1", VLLM_DO_NOT_TRACK="1")  # VLLM_CACHE_ROOT: conftest.py's, shared
     return env
 
 
@@ -50,9 +50,9 @@ def read_jsonl(path: pathlib.Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def meridian_arm(tmp_path_factory) -> tuple[bool, str]:
+def meridian_arm() -> tuple[bool, str]:
     """Whether meridian.vllm.Scheduler and ForceThinkEnd import here (in a child: importing vLLM is slow)."""
-    env = vllm_env(tmp_path_factory.mktemp("probe"))
+    env = vllm_env()
     r = subprocess.run([sys.executable, "-c", "from meridian.vllm import Scheduler, ForceThinkEnd"],
                        capture_output=True, text=True, env=env, timeout=300, check=False)
     return r.returncode == 0, (r.stderr.strip().splitlines() or ["no error output"])[-1]
@@ -63,7 +63,7 @@ def run(meridian_arm, tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("serve-bench")
     arms = "vllm,meridian" if meridian_arm[0] else "vllm"
     r = bench("--model", str(MODEL), "--out-dir", str(out), "--arms", arms, "--open-think", *WORKLOAD, "--",
-              *SERVER_FLAGS, env=vllm_env(out), timeout=600)
+              *SERVER_FLAGS, env=vllm_env(), timeout=600)
     assert r.returncode == 0, f"stdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-6000:]}"
     assert "| metric |" in r.stdout  # the headline table is printed
     return out

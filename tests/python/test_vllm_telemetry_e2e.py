@@ -28,8 +28,8 @@ import pytest
 
 from vllm_rig import END_THINK, THINK, TINY_MODEL
 
-# About 60 s on 2 cores: scheduled first (conftest.py), so parallel workers end together.
-pytestmark = pytest.mark.slow(60)
+# About 40 s on 2 cores: scheduled first (conftest.py), so parallel workers end together.
+pytestmark = pytest.mark.slow(40)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MAX_THINK = 6
@@ -153,8 +153,7 @@ def test_vllm_serve_metrics_reach_vllms_own_metrics_endpoint(tmp_path):
     (tmp_path / "meridian.toml").write_text(
         f"[scheduler]\nmin_think_tokens = 0\nmax_think_tokens = {MAX_THINK}\n"
         f"[telemetry]\nprometheus_port = {meridian_port}\n")
-    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(multiproc), MERIDIAN_CONFIG=str(tmp_path / "meridian.toml"),
-               VLLM_CACHE_ROOT=str(tmp_path / "vllm-cache"))
+    env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(multiproc), MERIDIAN_CONFIG=str(tmp_path / "meridian.toml"))
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # `vllm serve` as deployed: the engine core in its own process
     package_root = str(pathlib.Path(meridian.__file__).parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
