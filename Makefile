@@ -2,7 +2,7 @@
 #   make demo   installs what the demo needs, builds, runs the A/B replay
 #   make test   installs everything, builds, runs every test (timed per stage)
 #   make check  the contributor's inner loop: build, ctest, pytest without real engines, format
-# Other targets: setup, build, bench, soak, fuzz, docs-check, format, lint, clean.
+# Other targets: setup, build, bench, engine-replay, soak, fuzz, docs-check, format, lint, clean.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,7 +18,7 @@ SOURCES := $(shell git ls-files '*.cpp' '*.h' '*.cu' 2>/dev/null || find include
 TIDY_SOURCES := $(shell git ls-files 'src/*.cpp' 'apps/*.cpp' 'kernels/*.cpp' 2>/dev/null)
 
 .PHONY: all setup build test check test-cpp test-sanitizers test-asan test-tsan test-python test-package test-install \
-	test-vllm-compat lint format format-check bench demo clean
+	test-vllm-compat lint format format-check bench demo engine-replay clean
 
 all: build
 
@@ -149,6 +149,12 @@ bench: setup
 	  --out bench-out/microbench.json
 	@$(PYTHON) benchmarks/run_probe_bench.py --cli $(BUILD_DIR)-release/bin/meridian --out bench-out/probe.json
 	@$(PYTHON) benchmarks/fabric_loopback_bench.py --out bench-out/fabric-loopback.json >/dev/null
+
+# The engine-in-the-loop study (docs/replay.md#engine-in-the-loop-replay): vLLM's own scheduler
+# classes on the simulator's clock, workload mixed, 2 seeds, 120 s of arrivals, goodput and fidelity.
+ENGINE_REPLAY_ARGS ?= --goodput --workload mixed --seeds 2 --duration-s 120
+engine-replay: test-package
+	@$(VENV)/bin/meridian engine-replay $(ENGINE_REPLAY_ARGS) --out-dir bench-out/engine-replay
 
 # Only what the demo needs: the CLI and its libraries (no test or lint tools), then the
 # replay on the default workload over five seeds: each policy's goodput, the A/B table at the

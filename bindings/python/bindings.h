@@ -20,5 +20,7 @@ void bind_logging(nanobind::module_& m);
 void bind_disagg(nanobind::module_& m);
 /// InProcessFabric, HostBlockStore, KvOffloader and the PyFabric trampoline; after bind_disagg.
 void bind_disagg_fabric(nanobind::module_& m);
+/// meridian._meridian.sim: the replay simulator's workload, cost model, metrics and goodput search.
+void bind_sim(nanobind::module_& m);
 
 }  // namespace meridian::python

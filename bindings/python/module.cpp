@@ -68,4 +68,5 @@ NB_MODULE(_meridian, m) {
   meridian::python::bind_logging(m);
   meridian::python::bind_disagg(m);
   meridian::python::bind_disagg_fabric(m);
+  meridian::python::bind_sim(m);
 }

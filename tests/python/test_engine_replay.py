@@ -1,0 +1,209 @@
+"""meridian.engine_replay: vLLM 0.32's own scheduler classes on the simulator's
+clock (docs/replay.md#engine-in-the-loop-replay). Real vLLM classes throughout;
+the simulator's side is the C++ replay through the bindings."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from meridian._meridian import sim  # noqa: E402
+from meridian.engine_replay.build import SimClock, build_scheduler, scheduler_class  # noqa: E402
+from meridian.engine_replay.engine import Arm, EngineRun  # noqa: E402
+from meridian.engine_replay.tokens import END_THINK, EOS, THINK, TokenPlan  # noqa: E402
+
+pytestmark = pytest.mark.slow(40)
+
+# Short requests, 20 conversations a second and a KV pool of 239 blocks (3,824 tokens): the
+# running requests overflow it, so vLLM preempts and recomputes.
+SMALL_KV = """
+[cost_model]
+gpu_memory_gib = 22
+[workload]
+kind = "mixed"
+arrival_rate = 20
+duration_s = 10
+[workload.think]
+median = 200
+max = 400
+min = 16
+[workload.answer]
+median = 40
+max = 100
+min = 4
+"""
+
+
+def params(toml: str = "", kind: str = "mixed", duration_s: float = 20, rate: float | None = None):
+    p = sim.parse_replay_params(toml, "<test>", kind)
+    p.workload.duration_s = duration_s
+    if rate is not None:
+        p.workload.arrival_rate = rate
+    return p
+
+
+def run(arm: str, p, seed: int = 42, on_schedule=None):
+    requests = sim.generate_workload(p.workload, seed)
+    clock = SimClock()
+    two = arm.endswith("async")
+    cls = scheduler_class(arm)
+    sched = build_scheduler(cls, p, two_in_flight=two, clock=clock)
+    if on_schedule is not None:
+        inner = sched.schedule
+
+        def schedule(*a, **k):
+            out = inner(*a, **k)
+            on_schedule(sched, out)
+            return out
+
+        sched.schedule = schedule
+    engine = EngineRun(Arm(arm, cls, two), sched, p, requests, clock=clock)
+    result = engine.run()
+    sched.shutdown()
+    return result, engine, requests
+
+
+def test_token_plan_is_a_pure_function_with_the_boundaries_in_place():
+    p = params()
+    reqs = sim.generate_workload(p.workload, 42)
+    reasoning = next(r for r in reqs if r.reasoning and not r.after)
+    chat = next(r for r in reqs if not r.reasoning and not r.after)
+    plan = TokenPlan(reasoning, None)
+    assert len(plan.prompt) == reasoning.prompt_tokens and plan.prompt[-1] == THINK
+    outs = [plan.token(i) for i in range(plan.max_tokens)]
+    assert outs[reasoning.think_tokens] == END_THINK and outs[-1] == EOS
+    assert END_THINK not in outs[: reasoning.think_tokens] and EOS not in outs[:-1]
+    assert outs == [TokenPlan(reasoning, None).token(i) for i in range(plan.max_tokens)]  # pure
+    chat_plan = TokenPlan(chat, None)
+    assert chat_plan.max_tokens == chat.answer_tokens and chat_plan.token(chat.answer_tokens - 1) == EOS
+    assert THINK not in chat_plan.prompt
+    # A follow-up's prompt starts with its parent's transcript, token for token.
+    child = next(r for r in reqs if r.after)
+    parent = reqs[child.after - 1]
+    transcript = TokenPlan(parent, None).transcript()
+    assert len(transcript) == parent.prompt_tokens + parent.answer_tokens
+    assert TokenPlan(child, transcript).prompt[: len(transcript)] == transcript
+
+
+def test_two_in_flight_steps_as_vllm_does_and_lockstep_does_not():
+    """As vllm/tests/v1/core/test_async_scheduler.py steps it: with a step in flight,
+    a decoding request scheduled again carries two output placeholders; lockstep, one."""
+    seen = {"vllm-async": 0, "meridian-sync": 0}
+
+    def watch(arm):
+        def on_schedule(sched, out):
+            for rid in out.num_scheduled_tokens:
+                seen[arm] = max(seen[arm], sched.requests[rid].num_output_placeholders)
+        return on_schedule
+
+    p = params(duration_s=5)
+    a, _, _ = run("vllm-async", p, on_schedule=watch("vllm-async"))
+    s, _, _ = run("meridian-sync", p, on_schedule=watch("meridian-sync"))
+    assert seen == {"vllm-async": 2, "meridian-sync": 1}
+    # A request's first token reaches the client one step later with two in flight.
+    assert a.metrics["ttft_p50_ms"] > s.metrics["ttft_p50_ms"]
+    assert a.metrics["completed"] == s.metrics["completed"] == a.metrics["requests"]
+
+
+@pytest.mark.parametrize("arm", ["vllm-async", "vllm-sync", "meridian-sync"])
+def test_token_streams_survive_preemption_and_recompute(arm):
+    p = params(SMALL_KV, duration_s=10)
+    result, engine, requests = run(arm, p)
+    m = result.metrics
+    assert m["preemptions"] > 0, "the small KV pool must force preemptions"
+    assert m["completed"] == len(requests)
+    for spec in requests:
+        tl = engine.live[str(spec.id)].timeline
+        assert tl.completed and tl.answer_tokens == spec.answer_tokens, spec.id
+        assert tl.think_tokens == spec.think_tokens, spec.id  # no duplicate or lost token after recompute
+    assert m["prefill_tokens"] > sum(r.prompt_tokens for r in requests)  # recompute was paid for
+
+
+def test_prefix_hits_and_lockstep_timing_match_the_simulator_on_a_follow_up_trace():
+    """Below saturation, lockstep vLLM and the simulator's vllm-fcfs schedule the same steps:
+    the prompt ids make vLLM's block hashes hit where the simulator's prefix cache hits."""
+    p = params(duration_s=30)
+    assert any(r.after for r in sim.generate_workload(p.workload, 7))
+    result, _, _ = run("vllm-sync", p, seed=7)
+    simulated = dict(sim.run_replay(p, "vllm-fcfs", 7))
+    engine = result.metrics
+    assert engine["prefix_hit_rate"] > 0.3
+    assert abs(engine["prefix_hit_rate"] - simulated["prefix_hit_rate"]) < 0.02
+    for key in ("ttft_p50_ms", "output_tpot_p50_ms", "think_tpot_p50_ms", "e2e_p50_ms"):
+        assert engine[key] == pytest.approx(simulated[key], rel=0.10), key
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "meridian.engine_replay", *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def strip_wall(report: dict) -> dict:
+    for arm in report["runs"].values():
+        for key in ("sim_wall_s", "sim_tokens_per_s", "schedule_wall_s", "driver_wall_s"):
+            arm.pop(key)
+    for arm in report["deltas"].values():
+        for key in ("sim_wall_s", "sim_tokens_per_s"):
+            arm.pop(key)
+    report.pop("intervals")
+    report.pop("targets")
+    return report
+
+
+def test_cli_smoke_is_deterministic_and_in_the_replays_schema(tmp_path):
+    args = ["--duration-s", "8", "--seeds", "1", "--arms", "vllm-async,meridian-async", "--jobs", "1"]
+    first = cli("--out-dir", str(tmp_path / "a"), *args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = cli("--out-dir", str(tmp_path / "b"), *args)
+    assert second.returncode == 0, second.stderr[-3000:]
+    a = json.loads((tmp_path / "a" / "ab-report.json").read_text())
+    b = json.loads((tmp_path / "b" / "ab-report.json").read_text())
+    assert set(a) == {"schema_version", "context", "runs", "intervals", "deltas", "targets"}
+    assert list(a["runs"]) == ["vllm-async", "meridian-async"]
+    catalog = [name for name, _, _ in sim.metric_catalog()]
+    assert all(k in a["runs"]["vllm-async"] for k in catalog)
+    assert a["context"]["kv_blocks"] == sim.RooflineCostModel(params().cost_model).kv_capacity_blocks(16)
+    assert "scheduler_cpu" in a["context"] and a["targets"][0]["name"] == "driver_vs_schedule"
+    a["context"].pop("command"), b["context"].pop("command")
+    assert strip_wall(a) == strip_wall(b)  # same seed, same report
+    assert "| slo_attainment_pct |" in first.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--arms", "vllm-async,fast"], "unknown arm 'fast'"),
+    (["--seeds", "0"], "--seeds must be >= 1"),
+    (["--duration-s", "-1"], "--duration-s must be in (0, 1e6)"),
+    (["--config", "/nonexistent/replay.toml"], "--config: no such file"),
+])
+def test_bad_arguments_are_named(tmp_path, args, message):
+    r = cli("--out-dir", str(tmp_path), *args, timeout=60)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_bad_config_names_the_field(tmp_path):
+    bad = tmp_path / "replay.toml"
+    bad.write_text("[slo]\nttft_ms = -5\n")
+    r = cli("--out-dir", str(tmp_path / "o"), "--config", str(bad), timeout=60)
+    assert r.returncode != 0 and "slo.ttft_ms" in r.stderr, r.stderr
+
+
+def test_console_script_forwards_other_commands_to_the_cpp_cli(tmp_path, meridian_bin):
+    from meridian.engine_replay import cli as module
+
+    script = (f"import sys; sys.argv = ['meridian', 'check-config', '--help']; "
+              f"from meridian.engine_replay.cli import console_main; raise SystemExit(console_main())")
+    env = dict(os.environ, MERIDIAN_BIN=str(meridian_bin))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=60, check=False)
+    assert r.returncode == 0 and "check-config" in r.stdout, r.stderr
+    env.pop("MERIDIAN_BIN")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path,
+                       timeout=60, check=False)
+    assert r.returncode == 2 and "MERIDIAN_BIN" in r.stderr
+    assert pathlib.Path(module.__file__).name == "cli.py"
