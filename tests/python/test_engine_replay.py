@@ -103,8 +103,10 @@ def test_two_in_flight_steps_as_vllm_does_and_lockstep_does_not():
         return on_schedule
 
     p = params(duration_s=5)
+    env_before = os.environ.get("MERIDIAN_MODEL")
     a, _, _ = run("vllm-async", p, on_schedule=watch("vllm-async"))
     s, _, _ = run("meridian-sync", p, on_schedule=watch("meridian-sync"))
+    assert os.environ.get("MERIDIAN_MODEL") == env_before  # the preset is named for construction only
     assert seen == {"vllm-async": 2, "meridian-sync": 1}
     # A request's first token reaches the client one step later with two in flight.
     assert a.metrics["ttft_p50_ms"] > s.metrics["ttft_p50_ms"]

@@ -3,8 +3,10 @@ simulated GPU: the KV pool has the roofline's block count (block size 16),
 prefix caching on, [engine]'s max_num_seqs and max_num_batched_tokens."""
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,18 +27,31 @@ class SimClock:
         return int(self.now_s * 1e9)
 
 
-def _prepare_env() -> None:
+def prepare_process_env() -> None:
+    """What `meridian engine-replay` sets for its own process (offline, no GPU needed, no usage
+    reports); values already in the environment win. Library callers keep their environment."""
     for key, value in {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                        "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1"}.items():
         os.environ.setdefault(key, value)
-    # meridian.vllm.Scheduler picks its model preset from the reasoning parser; the replay
-    # serves no tokenizer, so it names the preset whose ids tokens.py emits.
-    os.environ.setdefault("MERIDIAN_MODEL", "qwen3")
+
+
+@contextlib.contextmanager
+def _preset_named(name: str) -> Iterator[None]:
+    """meridian.vllm.Scheduler picks its model preset from the reasoning parser; the replay serves
+    no tokenizer, so $MERIDIAN_MODEL names the preset whose ids tokens.py emits, for the
+    construction only (a value already set wins)."""
+    if os.environ.get("MERIDIAN_MODEL"):
+        yield
+        return
+    os.environ["MERIDIAN_MODEL"] = name
+    try:
+        yield
+    finally:
+        os.environ.pop("MERIDIAN_MODEL", None)
 
 
 def scheduler_class(name: str) -> Any:
     """'vllm-*' arms: vLLM's stock class for that stepping; 'meridian-*': meridian.vllm.Scheduler."""
-    _prepare_env()
     if name.startswith("meridian"):
         from meridian.vllm import Scheduler
 
@@ -53,7 +68,6 @@ def scheduler_class(name: str) -> Any:
 def build_scheduler(cls: Any, params: Any, *, two_in_flight: bool, clock: SimClock,
                     max_num_batched_tokens: int | None = None) -> Any:
     """``cls`` constructed as EngineCore constructs its scheduler."""
-    _prepare_env()
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -72,8 +86,9 @@ def build_scheduler(cls: Any, params: Any, *, two_in_flight: bool, clock: SimClo
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
         KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1,
                                                       dtype=torch.float32))])
-    sched = cls(vllm_config=config, kv_cache_config=kv, structured_output_manager=StructuredOutputManager(config),
-                block_size=BLOCK, log_stats=False)
+    with _preset_named("qwen3"):
+        sched = cls(vllm_config=config, kv_cache_config=kv,
+                    structured_output_manager=StructuredOutputManager(config), block_size=BLOCK, log_stats=False)
     adapter = getattr(sched, "meridian", None)
     if adapter is not None:
         adapter.clock_ns = clock.ns

@@ -21,6 +21,7 @@ from typing import Any
 from meridian._meridian import sim
 
 from . import study
+from .build import prepare_process_env
 from .report import ab_report, fidelity_report, goodput_report, write_json_md
 
 
@@ -78,6 +79,7 @@ def load_params(args: argparse.Namespace) -> Any:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    prepare_process_env()
     params = load_params(args)
     try:
         args.out_dir.mkdir(parents=True, exist_ok=True)
