@@ -194,6 +194,7 @@ void bind_plan_types(nb::module_& m) {
       .def_ro("work", &StepPlan::work)
       .def_ro("preemptions", &StepPlan::preemptions)
       .def_ro("aborted", &StepPlan::aborted)
+      .def_ro("unattached", &StepPlan::unattached)
       .def_ro("stats", &StepPlan::stats);
 
   nb::class_<SchedulerCounters>(m, "SchedulerCounters")

@@ -113,6 +113,9 @@ struct StepPlan {
   std::vector<ScheduledWork> work;      ///< in priority order
   std::vector<Preemption> preemptions;  ///< carry out before running the step
   std::vector<RequestId> aborted;       ///< can never fit in KV capacity: end them
+  /// The prefix lookup attached these requests' cached blocks, then they were not admitted
+  /// after all: give the attached blocks back to the cache (they stay waiting, holding no KV).
+  std::vector<RequestId> unattached;
   StepStats stats;
 };
 
@@ -197,7 +200,9 @@ class DualQueueScheduler {
   /// victim's re-prefill) is admitted and nothing of it is in KV yet, with its
   /// id and the tokens to compute; returns how many leading tokens the engine
   /// found in its prefix cache and attached, so they are not computed (a
-  /// victim re-hits its own blocks, as in vLLM). Engines that attach at
+  /// victim re-hits its own blocks, as in vLLM). If what is left then does
+  /// not fit, the request is not admitted and StepPlan::unattached names it:
+  /// the engine gives the attached blocks back. Engines that attach at
   /// arrival pass NewRequest::cached_prompt_tokens instead.
   using PrefixLookup = std::function<std::uint32_t(RequestId id, std::uint32_t tokens)>;
   void set_prefix_lookup(PrefixLookup lookup);

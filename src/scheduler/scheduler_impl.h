@@ -471,10 +471,13 @@ struct DualQueueScheduler::Impl {
       // Admitted (as if nothing were cached): now attach what the prefix
       // cache holds, so only the rest is computed.
       if (chunk > 0 && !c.admitted && r.computed == 0 && prefix_lookup) {
-        attach_cached(r);
+        const std::uint64_t taken = attach_cached(r);
         remaining = c.target - r.computed;
         want = std::min(remaining, budget);
         chunk = fit_chunk(r, want);
+        // Its prefix fits, the rest does not: undo the lookup, so that a waiting request
+        // holds no KV (a waiting holder is never a victim: the pool would deadlock).
+        if (chunk == 0 && r.computed > 0) detach_cached(r, taken);
       }
       // Victims wait for blocks that finishing requests free; they never
       // preempt to get back in (that is how preemption storms start). With
@@ -556,14 +559,26 @@ struct DualQueueScheduler::Impl {
   // computed. Nothing is attached while a request waits, so waiting holds no
   // KV. The attached blocks leave the evictable cache: they no longer count
   // as free.
-  void attach_cached(Slot& r) {
+  // Returns the free blocks it counted as taken.
+  std::uint64_t attach_cached(Slot& r) {
     const std::uint32_t target = table.cold(r).target;
     const std::uint32_t cached = std::min(prefix_lookup(r.id, target), target - 1);
     const std::uint32_t blocks = cached / opt.block_tokens;
     r.computed = blocks * opt.block_tokens;
     table.cold(r).shared_blocks = blocks;
-    free_blocks -= std::min<std::uint64_t>(free_blocks, blocks);
+    const std::uint64_t taken = std::min<std::uint64_t>(free_blocks, blocks);
+    free_blocks -= taken;
     counters.admission_cached_tokens += r.computed;
+    return taken;
+  }
+  // Undoes attach_cached() for a request that is not admitted after all: the engine gives
+  // the attached blocks back to the cache (StepPlan::unattached).
+  void detach_cached(Slot& r, std::uint64_t taken) {
+    free_blocks += taken;
+    counters.admission_cached_tokens -= r.computed;
+    r.computed = 0;
+    table.cold(r).shared_blocks = 0;
+    plan.unattached.push_back(r.id);
   }
 
   void prefill(double ceiling_ms) {
@@ -669,6 +684,7 @@ struct DualQueueScheduler::Impl {
     plan.work.clear();
     plan.preemptions.clear();
     plan.aborted.clear();
+    plan.unattached.clear();
     plan.stats = StepStats{};
     planned.clear();
     swapped_in.clear();

@@ -33,6 +33,7 @@ const StepPlan& StepDriver::plan(StepLimits limits, std::int64_t now_ns) {
   limits.free_kv_blocks = usage.allocatable_blocks;
   limits.free_think_kv_blocks = usage.think_headroom();
   const StepPlan& plan = scheduler_.schedule(limits, now_ns);
+  for (RequestId id : plan.unattached) kv_.release(id, ReleaseKind::kFinished);  // back to the cache
   for (const Preemption& p : plan.preemptions) {
     released_.push_back(static_cast<std::uint32_t>(kv_.blocks_of(p.id).size()));
     kv_.release(p.id, release_kind(p.mode), p.phase == Phase::kOutputDecode);

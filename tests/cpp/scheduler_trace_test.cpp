@@ -148,6 +148,27 @@ TEST(SchedulerTrace, PrefillWaitsForBlocksInsteadOfPreempting) {
                  });
 }
 
+TEST(SchedulerTrace, APrefixHitWhoseRestDoesNotFitIsUndoneNotHeldWhileWaiting) {
+  // The engine's prefix cache holds 8 of request 1's 12 prompt tokens (2 of 3 blocks). With 2
+  // free blocks, admission as if nothing were cached passes (a 2-block chunk), the lookup attaches
+  // the 2 cached blocks, and the last block no longer fits: the lookup is undone (the engine gives
+  // the blocks back), or a waiting request would hold KV that no preemption can free.
+  SchedulerRig rig(trace_options(), kCost);
+  int lookups = 0;
+  rig.scheduler.set_prefix_lookup([&lookups](RequestId, std::uint32_t) {
+    ++lookups;
+    return 8U;
+  });
+  rig.add(1, 12);
+  EXPECT_EQ(rig.step(blocks(2)), "-");
+  EXPECT_EQ(rig.last.unattached, (std::vector<RequestId>{1}));
+  EXPECT_EQ(rig.scheduler.counters().admission_cached_tokens, 0U);
+  EXPECT_EQ(rig.step(blocks(3)), "p1:4");  // looked up again: 2 blocks attached, 1 allocated
+  EXPECT_TRUE(rig.last.unattached.empty());
+  EXPECT_EQ(lookups, 2);
+  EXPECT_EQ(rig.scheduler.counters().admission_cached_tokens, 8U);
+}
+
 TEST(SchedulerTrace, OptionalWorkNeverPreempts) {
   SchedulerRig rig(trace_options(), kCost);
   for (RequestId id = 1; id <= 3; ++id) rig.add(id, 4);  // one full block each
