@@ -81,6 +81,9 @@ struct KvBlockManagerOptions {
   double think_phase_memory_fraction = 0.40;
   bool aggressive_think_eviction = false;  ///< drop ThinkComplete blocks at </think>
   bool fabric_offload = false;             ///< live ThinkComplete blocks may be offloaded
+  /// release() gives blocks back tail first, as vLLM does (false: head first;
+  /// the replay keeps it to measure the difference).
+  bool release_tail_first = true;
 
   /// From [kv_memory] and [disagg]; capacity_bytes is the resolved KV budget.
   /// Throws ConfigError if [kv_memory] is invalid, InvalidArgument if the
@@ -192,7 +195,9 @@ class KvBlockManager {
   /// Gives back all of the request's blocks (and drops its remote entries and
   /// pins). Blocks still shared with another request stay live. `answer_phase`
   /// marks a preempted answer-phase request, which counts one output-critical
-  /// eviction event. O(blocks of request).
+  /// eviction event. Blocks are given back tail first (release_tail_first),
+  /// as vLLM frees them, so a cached prefix's head outlives its tail.
+  /// O(blocks of request).
   void release(RequestId request, ReleaseKind kind, bool answer_phase = false);
 
   /// Moves the request's blocks to the most-recently-used end of their lists.

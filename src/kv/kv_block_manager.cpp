@@ -349,7 +349,13 @@ void KvBlockManager::release(RequestId request, ReleaseKind kind, bool answer_ph
   if (it == m.owned.end()) return;
   const bool preempted = kind != ReleaseKind::kFinished;
   const bool keep_cached = kind == ReleaseKind::kFinished || kind == ReleaseKind::kRecompute;
-  for (BlockId b : it->second) {
+  // Tail first, as vLLM frees (single_type_kv_cache_manager.free): the tail
+  // joins the LRU lists first and is reclaimed first, so a prefix's head, the
+  // part other requests can share, stays cached longest.
+  const std::vector<BlockId>& owned = it->second;
+  const bool tail_first = m.options.release_tail_first;
+  for (std::size_t i = 0; i < owned.size(); ++i) {
+    const BlockId b = owned[tail_first ? owned.size() - 1 - i : i];
     Impl::Block& blk = m.blocks[b];
     if (--blk.refs > 0) continue;
     m.clear_pin(b);

@@ -106,6 +106,21 @@ TEST(KvBlockManager, LruWithinATier) {
   EXPECT_EQ(m.match_prefix(hashes(2, 2)), 2U);
 }
 
+TEST(KvBlockManager, ReleaseFreesTheTailFirstAsVllmDoes) {
+  // One request's 3 hashed blocks are cached; a new request takes one block. vLLM frees
+  // tail first, so the tail is reclaimed and the head of the prefix still hits.
+  for (const bool tail_first : {true, false}) {
+    KvBlockManagerOptions o = options(3);
+    o.release_tail_first = tail_first;
+    KvBlockManager m(o);
+    ASSERT_TRUE(m.allocate(1, BlockTier::kOutputCritical, 3, hashes(1, 3)).ok());
+    m.release(1, ReleaseKind::kFinished);
+    ASSERT_TRUE(m.allocate(2, BlockTier::kOutputCritical, 1).ok());
+    EXPECT_EQ(m.match_prefix(hashes(1, 3)), tail_first ? 2U : 0U) << "tail_first " << tail_first;
+    EXPECT_EQ(m.check_invariants(), "");
+  }
+}
+
 TEST(KvBlockManager, PrefixAttachSharesAndReusesCachedBlocks) {
   KvBlockManager m(options(8));
   const auto h = hashes(7, 3);
