@@ -7,9 +7,10 @@
 For each arm ("vllm": stock; "meridian": `--scheduler-cls meridian.vllm.Scheduler --logits-processors
 meridian.vllm:ForceThinkEnd`; or arms defined with --arm-flags) it starts `vllm serve MODEL` with the
 flags after `--` plus the arm's, waits for /health, runs every seed's workload (Poisson arrivals,
-chat and reasoning conversations; the replay's generator or a --trace JSONL), stops the server, and
-writes OUT/ab-report.json and OUT/ab-report.md with the replay's schema. docs/benchmarks.md, section
-"Real vLLM", has the details and what cannot be measured from a client.
+chat and reasoning conversations: the replay's own C++ generator, through meridian._meridian.sim, or
+a --trace JSONL), stops the server, and writes OUT/ab-report.json and OUT/ab-report.md with the
+replay's schema. docs/benchmarks.md, section "Real vLLM", has the details and what cannot be
+measured from a client.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import os
 import pathlib
 import platform
@@ -29,9 +31,14 @@ import sys
 import time
 from typing import Any
 
+try:
+    from meridian._meridian import sim
+except ImportError as _e:  # the workload is the replay's C++ generator, in Meridian's Python package
+    sys.exit(f"vllm_serve_bench: error: cannot import meridian._meridian ({_e}); install Meridian's Python package "
+             "in this interpreter first (`pip install --no-build-isolation --no-deps .` in the checkout)")
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from serve_bench import workload as wl  # noqa: E402
 from serve_bench.client import RunConfig, Tokens, run_workload, words_for  # noqa: E402
 from serve_bench.metrics import Slo, parse_prometheus, run_metrics, server_delta  # noqa: E402
 from serve_bench.report import ab_markdown, ab_report  # noqa: E402
@@ -81,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     arms.add_argument("--stop-timeout-s", type=float, default=30, help="SIGINT grace before SIGTERM/SIGKILL")
     arms.add_argument("--no-warmup", action="store_true", help="skip the uncounted warm-up request")
     work = p.add_argument_group("workload (the replay's parameters; docs/replay.md)")
-    work.add_argument("--workload", default="mixed", choices=wl.WORKLOAD_KINDS, help="kind whose defaults apply")
+    work.add_argument("--workload", default="mixed", choices=tuple(sim.workload_kinds()), help="kind whose defaults apply")
     work.add_argument("--trace", type=pathlib.Path, help="replay trace JSONL (`meridian replay --trace` format)")
     work.add_argument("--rate", "--arrival-rate", dest="rate", type=float, help="new conversations per second")
     work.add_argument("--duration-s", type=float, help="first-turn arrivals stop after this")
@@ -129,7 +136,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     args = parser.parse_args(argv)
     try:
         validate(args, server_flags)
-    except (BenchError, wl.WorkloadError) as e:
+    except BenchError as e:
         parser.error(str(e))
     return args, server_flags
 
@@ -198,40 +205,148 @@ def arm_definitions(arms: str, arm_flags: list[str]) -> dict[str, list[str]]:
 
 
 # ---- workload -------------------------------------------------------------------
+#
+# The replay's own C++ generator and trace reader (meridian._meridian.sim): one implementation, so
+# for the same parameters and seed the bench runs exactly the workload `meridian replay` writes.
+# The workload flags become a replay TOML document that parse_replay_params() reads and validates
+# as it reads `meridian replay --params`; its errors are rewritten to name the flag.
+
+PARAMS_SOURCE = "<command line>"
+# Bench flag (argparse dest) -> key of the replay TOML's [workload] table (src/sim/replay_params.cpp).
+SCALAR_KEYS = {"rate": "arrival_rate", "duration_s": "duration_s", "arrival_process": "arrival_process",
+               "reasoning_ratio": "reasoning_ratio", "mean_turns": "mean_turns", "turn_delay_s": "turn_delay_mean_s"}
+FLAG_OF_KEY = {"kind": "--workload", **{key: "--" + dest.replace("_", "-") for dest, key in SCALAR_KEYS.items()},
+               **{name: "--" + name.replace("_", "-") for name in DIST_FLAGS}}
+# A [workload] key in a ConfigError message, e.g. "workload.arrival_rate" or "workload.think.median".
+_PARAM_PATH = re.compile(r"workload\.([a-z_]+)(?:\.(median|sigma|min|max)\b)?")
+_LOCATION = re.compile(r" \(at " + re.escape(PARAMS_SOURCE) + r":(\d+):\d+\)$")
+MASK64 = (1 << 64) - 1
 
 
-def workload_params(args: argparse.Namespace) -> wl.WorkloadParams:
-    p = wl.preset(args.workload)
-    overrides: dict[str, Any] = {}
-    for attr, field in (("rate", "arrival_rate"), ("duration_s", "duration_s"), ("arrival_process", "arrival_process"),
-                        ("reasoning_ratio", "reasoning_ratio"), ("mean_turns", "mean_turns"),
-                        ("turn_delay_s", "turn_delay_mean_s")):
-        if getattr(args, attr) is not None:
-            overrides[field] = getattr(args, attr)
+def length_defaults(kind: str) -> dict[str, dict[str, float]]:
+    """Each length table of `kind`'s defaults (median, sigma, min, max), as the C++ prints them.
+
+    Read from ReplayParams.to_toml(), whose lines are `key = number` under `[workload.NAME]`
+    (a line reader, not tomllib: the bench also runs on Python 3.10).
+    """
+    out: dict[str, dict[str, float]] = {}
+    table: dict[str, float] | None = None
+    for line in sim.parse_replay_params("", PARAMS_SOURCE, kind).to_toml().splitlines():
+        if line.startswith("["):
+            name = line.strip().strip("[]")
+            table = out.setdefault(name.removeprefix("workload."), {}) if name.startswith("workload.") else None
+        elif table is not None and "=" in line:
+            key, _, value = line.partition("=")
+            table[key.strip()] = float(value)
+    return out
+
+
+def length_override(text: str, flag: str, default: dict[str, float]) -> dict[str, float | int]:
+    """A length flag's ``MEDIAN[,SIGMA[,MIN[,MAX]]]`` as the keys of a replay length table.
+
+    Only the syntax is checked here (the ranges are the C++ validator's). An omitted SIGMA keeps
+    the kind's; an omitted MIN or MAX widens the kind's range to take in the median, so that
+    `--think 20000` moves the distribution rather than clamping it to the old maximum.
+    """
+    parts = [p.strip() for p in text.split(",")]
+    if not 1 <= len(parts) <= 4 or any(not p for p in parts):
+        raise BenchError(f"{flag}: expected MEDIAN[,SIGMA[,MIN[,MAX]]]; got {text!r}")
+    try:
+        median = float(parts[0])
+        table: dict[str, float | int] = {"median": median}
+        if len(parts) > 1:
+            table["sigma"] = float(parts[1])
+        # A median that is no token count (NaN, inf, beyond uint32) leaves the range alone, so the
+        # validator's error names the median, not a range the user did not write.
+        whole = int(median) if math.isfinite(median) and abs(median) < 2**32 else None
+        if len(parts) > 2:
+            table["min"] = int(parts[2])
+        elif whole is not None:
+            table["min"] = min(int(default["min"]), max(1, whole))
+        if len(parts) > 3:
+            table["max"] = int(parts[3])
+        elif whole is not None:
+            table["max"] = max(int(default["max"]), whole)
+    except ValueError as e:
+        raise BenchError(f"{flag}: {e}; got {text!r}") from None
+    return table
+
+
+def toml_value(v: float | int | str) -> str:
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a TOML basic string
+    return repr(v)  # ints, and floats: repr's inf, nan and 1e+300 are TOML floats too
+
+
+def flag_error(message: str, line_flags: dict[int, str]) -> str:
+    """A ConfigError line about the generated TOML, told in terms of the flags that made it."""
+    located = _LOCATION.search(message)
+    flag = line_flags.get(int(located.group(1))) if located else None
+    if located:
+        message = message[:located.start()]
+
+    def name(m: re.Match[str]) -> str:
+        return m.group(2) if m.group(2) else FLAG_OF_KEY.get(m.group(1), m.group(0))
+
+    path = _PARAM_PATH.match(message)
+    if path and path.group(2):  # "workload.think.max must be >= workload.think.min (8)"
+        return f"{FLAG_OF_KEY.get(path.group(1), path.group(1))}: {_PARAM_PATH.sub(name, message)}"
+    if path:  # "workload.arrival_rate must be in (0, 10000]; got 0.0"
+        return _PARAM_PATH.sub(name, message)
+    return f"{flag}: {message}" if flag else message
+
+
+def workload_params(args: argparse.Namespace) -> sim.WorkloadParams:
+    """The kind's defaults overlaid by the workload flags, validated by the replay's own reader."""
+    lines = ["[workload]"]
+    line_flags: dict[int, str] = {}
+    for dest, key in SCALAR_KEYS.items():
+        if getattr(args, dest) is not None:
+            lines.append(f"{key} = {toml_value(getattr(args, dest))}")
+            line_flags[len(lines)] = FLAG_OF_KEY[key]
+    defaults = length_defaults(args.workload)
     for name in DIST_FLAGS:
         text = getattr(args, name)
         if text is not None:
-            overrides[name] = wl.LengthDist.parse(text, name.replace("_", "-"), getattr(p, name))
-    p = dataclasses.replace(p, **overrides)
-    p.validate()
-    return p
+            flag = FLAG_OF_KEY[name]
+            lines.append(f"[workload.{name}]")
+            for key, value in length_override(text, flag, defaults[name]).items():
+                lines.append(f"{key} = {toml_value(value)}")
+                line_flags[len(lines)] = flag
+    try:
+        return sim.parse_replay_params("\n".join(lines) + "\n", PARAMS_SOURCE, args.workload).workload
+    except ValueError as e:
+        raise BenchError("\n".join(flag_error(m, line_flags) for m in str(e).splitlines())) from None
 
 
-def build_workloads(args: argparse.Namespace) -> tuple[dict[int, list[wl.RequestSpec]], wl.WorkloadParams | None]:
+def truncate(requests: list[sim.RequestSpec], max_requests: int | None) -> list[sim.RequestSpec]:
+    """The first ``max_requests`` requests.
+
+    A follow-up always names an earlier request (the generator numbers turns in order; the trace
+    reader rejects `after` >= the line's id), so no request kept follows one that was dropped.
+    """
+    return requests if max_requests is None else requests[:max_requests]
+
+
+def build_workloads(args: argparse.Namespace) -> tuple[dict[int, list[sim.RequestSpec]], sim.WorkloadParams | None]:
     seeds = list(range(args.seed, args.seed + args.seeds))
     if args.trace is not None:
-        trace = wl.truncate(wl.load_trace(args.trace), args.num_requests)
+        try:
+            trace = truncate(sim.load_trace(args.trace), args.num_requests)
+        except ValueError as e:  # TraceError: names the file, line and field
+            raise BenchError(str(e)) from None
         return {s: trace for s in seeds}, None
     params = workload_params(args)
-    out = {s: wl.generate(params, s, args.num_requests) for s in seeds}
+    # The generator's seed is a uint64: a negative --seed wraps as C++'s conversion would.
+    out = {s: truncate(sim.generate_workload(params, s & MASK64), args.num_requests) for s in seeds}
     for s, reqs in out.items():
         if not reqs:
             raise BenchError(f"seed {s}: the workload is empty (no arrival before --duration-s {params.duration_s})")
     return out, params
 
 
-def check_fits(requests: list[wl.RequestSpec], max_model_len: int, seed: int, exact: bool) -> None:
-    def need(r: wl.RequestSpec) -> int:  # natural lengths: the prompt and a little room to answer
+def check_fits(requests: list[sim.RequestSpec], max_model_len: int, seed: int, exact: bool) -> None:
+    def need(r: sim.RequestSpec) -> int:  # natural lengths: the prompt and a little room to answer
         return r.prompt_tokens + ((r.think_tokens + 1 if r.reasoning else 0) + r.answer_tokens if exact else 16)
 
     too_long = [r for r in requests if need(r) > max_model_len]
@@ -331,7 +446,7 @@ def gpu_name() -> str | None:
 
 
 def run_arm(arm: str, flags: list[str], args: argparse.Namespace, server_flags: list[str],
-            workloads: dict[int, list[wl.RequestSpec]], info: dict[str, Any]) -> list[dict[str, float]]:
+            workloads: dict[int, list[sim.RequestSpec]], info: dict[str, Any]) -> list[dict[str, float]]:
     """One server for the arm, every seed on it; returns the per-seed metrics."""
     all_flags = [*server_flags, *flags]
     port = args.port or free_port()
@@ -397,8 +512,8 @@ def run_arm(arm: str, flags: list[str], args: argparse.Namespace, server_flags: 
 # ---- main -------------------------------------------------------------------------
 
 
-def context(args: argparse.Namespace, server_flags: list[str], workloads: dict[int, list[wl.RequestSpec]],
-            params: wl.WorkloadParams | None, info: dict[str, Any]) -> dict[str, Any]:
+def context(args: argparse.Namespace, server_flags: list[str], workloads: dict[int, list[sim.RequestSpec]],
+            params: sim.WorkloadParams | None, info: dict[str, Any]) -> dict[str, Any]:
     first = next(iter(workloads.values()))
     dist = vllm_distribution()
     try:
@@ -444,15 +559,15 @@ def main(argv: list[str]) -> int:
     args, server_flags = parse_args(argv)
     try:
         workloads, params = build_workloads(args)
-    except (BenchError, wl.WorkloadError) as e:
+    except BenchError as e:
         log(f"error: {e}")
         return 2
     args.out_dir.mkdir(parents=True, exist_ok=True)
     seeds = list(workloads)
-    wl.write_trace(workloads[seeds[0]], args.out_dir / "workload.jsonl")
+    sim.write_trace(workloads[seeds[0]], args.out_dir / "workload.jsonl")
     if len(seeds) > 1 and args.trace is None:
         for s in seeds:
-            wl.write_trace(workloads[s], args.out_dir / f"workload-seed{s}.jsonl")
+            sim.write_trace(workloads[s], args.out_dir / f"workload-seed{s}.jsonl")
     if args.workload_only:
         log(f"wrote {args.out_dir / 'workload.jsonl'} ({len(workloads[seeds[0]])} requests)")
         return 0

@@ -19,11 +19,12 @@ import dataclasses
 import json
 import random
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from .workload import RequestSpec
+if TYPE_CHECKING:  # the workload's requests (the replay's C++ RequestSpec); only annotations name it here
+    from meridian._meridian.sim import RequestSpec
 
 # Words that are one token each (with their leading space) in the Qwen2/Qwen3
 # tokenizer; a prompt of N words is N tokens plus the chat template's own.
