@@ -179,8 +179,13 @@ class ProgressBar {
   bool shown_ = false;
 };
 
-std::vector<PolicyKind> parse_policies(const std::string& text) {
-  if (text == "all") return {sim::kAllPolicies.begin(), sim::kAllPolicies.end()};
+// "all": every policy, and vllm-best when the goodput search that picks its setting runs.
+std::vector<PolicyKind> parse_policies(const std::string& text, bool goodput) {
+  if (text == "all") {
+    std::vector<PolicyKind> all(sim::kAllPolicies.begin(), sim::kAllPolicies.end());
+    if (goodput) all.insert(all.begin() + 3, PolicyKind::kVllmBest);  // after the other vLLM policies
+    return all;
+  }
   std::vector<PolicyKind> out;
   std::stringstream in(text);
   std::string name;
@@ -189,7 +194,7 @@ std::vector<PolicyKind> parse_policies(const std::string& text) {
     if (!p) {
       throw UsageError(
           fmt::format("--policies: unknown policy \"{}\" (known: vllm-fcfs, vllm-fcfs-tuned, vllm-priority, "
-                      "static-budget, meridian-no-forcing, meridian, all)",
+                      "vllm-best, static-budget, meridian-no-forcing, meridian, all)",
                       name));
     }
     out.push_back(*p);
@@ -332,9 +337,15 @@ int run_replay_command(const ReplayCliOptions& o) {
   }
   configure_cli_logging(config.logging);
   log_config_loaded({o.config_files.begin(), o.config_files.end()}, config);
-  const auto policies = parse_policies(o.policies);
+  const auto policies = parse_policies(o.policies, o.goodput);
   if (!o.trace.empty() && o.goodput) {
     throw UsageError("--goodput varies the synthetic arrival rate; it cannot be used with --trace");
+  }
+  const bool vllm_best = std::find(policies.begin(), policies.end(), PolicyKind::kVllmBest) != policies.end();
+  if (vllm_best && !o.trace.empty()) {
+    throw UsageError(
+        "--policies vllm-best: its setting is the one with the highest goodput, and the goodput search "
+        "cannot use --trace");
   }
   sim::StudyOptions study;
   study.config = config;
@@ -348,6 +359,14 @@ int run_replay_command(const ReplayCliOptions& o) {
   study.progress = progress_to(bar);
   const fs::path out_dir(o.out_dir);
   fs::create_directories(out_dir);
+  if (vllm_best && !o.goodput) {  // its setting first: the goodput search over the settings
+    bar.start(fmt::format("vllm-best: goodput of {} vLLM settings", sim::vllm_best_settings().size()));
+    const sim::GoodputResult g = sim::find_goodput({PolicyKind::kVllmBest}, study);
+    bar.finish();
+    study.vllm_best = g.vllm_best->best();
+    fmt::print("vllm-best: {} ({:.3g} conv/s)\n", study.vllm_best->label(),
+               g.policies.front().goodput_rps.mean);
+  }
   if (!o.load_sweep.empty()) {
     run_load_sweep(o, policies, study, bar, out_dir);
     return 0;
@@ -381,12 +400,14 @@ int run_replay_command(const ReplayCliOptions& o) {
     bar.start("goodput search");
     const sim::GoodputResult g = sim::find_goodput(policies, study);
     bar.finish();
+    if (g.vllm_best) study.vllm_best = g.vllm_best->best();
     write_file(out_dir / "goodput.json", sim::goodput_json(g, ctx));
     const std::string md = sim::goodput_markdown(g);
     write_file(out_dir / "goodput.md", md);
     fmt::print("{}\n", md);
   }
 
+  if (study.vllm_best) ctx.vllm_best = study.vllm_best->label();
   bar.start(fmt::format("A/B: {} policies x {} seeds", policies.size(), study.seeds.size()));
   const auto ab_started = std::chrono::steady_clock::now();
   if (should_log(LogLevel::kInfo)) {
@@ -457,7 +478,8 @@ std::function<int()> add_replay(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("replay", "A/B replay simulator: Meridian against vLLM's policies");
   sub->add_option(
          "--policies", o->policies,
-         "comma-separated: vllm-fcfs, vllm-priority, static-budget, meridian-no-forcing, meridian; or all")
+         "comma-separated: vllm-fcfs, vllm-fcfs-tuned, vllm-priority, vllm-best, static-budget, "
+         "meridian-no-forcing, meridian; or all (vllm-best only with --goodput, which picks its setting)")
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "first workload and signal seed")
       ->transform(integer_in(0, std::numeric_limits<std::uint64_t>::max()))

@@ -5,6 +5,9 @@
 // vLLM's scheduler with them. Exposed as meridian._meridian.sim.
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -13,6 +16,7 @@
 #include <fmt/format.h>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
@@ -54,7 +58,21 @@ void bind_sim(nb::module_& parent) {
       .def_rw("max_num_seqs", &sim::EngineParams::max_num_seqs)
       .def_rw("tuned_max_num_batched_tokens", &sim::EngineParams::tuned_max_num_batched_tokens)
       .def_rw("thinking_token_budget", &sim::EngineParams::thinking_token_budget)
+      .def_rw("long_prefill_token_threshold", &sim::EngineParams::long_prefill_token_threshold)
+      .def_rw("scheduler_reserve_full_isl", &sim::EngineParams::scheduler_reserve_full_isl)
+      .def_rw("kv_free_tail_first", &sim::EngineParams::kv_free_tail_first)
+      .def_rw("async_scheduling", &sim::EngineParams::async_scheduling)
       .def_rw("max_sim_time_s", &sim::EngineParams::max_sim_time_s);
+  nb::class_<sim::VllmSetting>(m, "VllmSetting")
+      .def(nb::init<>())
+      .def_rw("max_num_batched_tokens", &sim::VllmSetting::max_num_batched_tokens)
+      .def_rw("long_prefill_token_threshold", &sim::VllmSetting::long_prefill_token_threshold)
+      .def_rw("priority", &sim::VllmSetting::priority)
+      .def_prop_ro("policy",
+                   [](const sim::VllmSetting& v) { return std::string(sim::to_string(v.policy())); })
+      .def("label", &sim::VllmSetting::label)
+      .def("apply", &sim::VllmSetting::apply, "params"_a, "`params` with this setting's [engine] values");
+  m.def("vllm_best_settings", &sim::vllm_best_settings, "The vllm-best grid (SPEC 3.11), in search order");
   nb::class_<sim::SloParams>(m, "SloParams")
       .def(nb::init<>())
       .def_rw("ttft_ms", &sim::SloParams::ttft_ms)
@@ -94,6 +112,7 @@ void bind_sim(nb::module_& parent) {
       .def_ro("prompt_tokens", &sim::RequestSpec::prompt_tokens)
       .def_ro("think_tokens", &sim::RequestSpec::think_tokens)
       .def_ro("answer_tokens", &sim::RequestSpec::answer_tokens)
+      .def_ro("answer_at", &sim::RequestSpec::answer_at)
       .def_ro("priority", &sim::RequestSpec::priority)
       .def_ro("conversation", &sim::RequestSpec::conversation)
       .def_ro("turn", &sim::RequestSpec::turn)
@@ -110,6 +129,18 @@ void bind_sim(nb::module_& parent) {
   m.def(
       "load_trace", [](const std::filesystem::path& path) { return sim::load_trace(path).requests; },
       "path"_a);
+  m.def(
+      "write_trace",
+      [](const std::vector<sim::RequestSpec>& requests, const std::filesystem::path& path) {
+        sim::Workload w;
+        w.requests = requests;
+        std::ofstream out(path);
+        if (!out) throw std::runtime_error("cannot write " + path.string());
+        sim::write_trace(w, out);
+        if (!out.flush()) throw std::runtime_error("cannot write " + path.string());
+      },
+      "requests"_a, "path"_a,
+      "Writes requests as the replay's workload.jsonl (docs/replay.md, trace format)");
 
   nb::class_<sim::RooflineCostModel>(m, "RooflineCostModel")
       .def(nb::init<const sim::CostModelParams&>(), "params"_a)
@@ -264,10 +295,13 @@ void bind_sim(nb::module_& parent) {
         std::vector<std::pair<std::string, std::vector<double>>> out;
         for (const auto& p : r.policies)
           out.emplace_back(std::string(sim::to_string(p.policy)), p.goodput_rps.per_seed);
-        return out;
+        std::optional<sim::VllmSetting> best;
+        if (r.vllm_best) best = r.vllm_best->best();
+        return std::make_pair(out, best);
       },
       "params"_a, "policies"_a, "seeds"_a,
-      "The simulator's goodput per policy and seed (meridian replay --goodput)");
+      "The simulator's goodput per policy and seed (meridian replay --goodput), and vllm-best's "
+      "winning setting (None unless vllm-best was searched)");
 }
 
 }  // namespace meridian::python

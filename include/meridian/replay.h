@@ -37,13 +37,19 @@ enum class PolicyKind : std::uint8_t {
   kMeridianNoForcing = 3,  ///< Meridian scheduling and KV tiers, hard cap only
   kMeridian = 4,           ///< Meridian: dual queue, tiers, preemption, entropy forcing
   kVllmFcfsTuned = 5,      ///< vllm-fcfs with the ITL-tuned max_num_batched_tokens (2048)
+  /// The best vLLM: vllm-fcfs or vllm-priority at the scheduler setting with
+  /// the highest goodput (find_goodput() picks it over vllm_best_settings();
+  /// StudyOptions::vllm_best carries it). A study-level policy: run_replay()
+  /// refuses it, and it is not in kAllPolicies.
+  kVllmBest = 6,
 };
 /// Every policy, in report order: the vLLM baselines first, then Meridian.
 inline constexpr std::array<PolicyKind, 6> kAllPolicies = {
     PolicyKind::kVllmFcfs,     PolicyKind::kVllmFcfsTuned,     PolicyKind::kVllmPriority,
     PolicyKind::kStaticBudget, PolicyKind::kMeridianNoForcing, PolicyKind::kMeridian};
 [[nodiscard]] std::string_view to_string(PolicyKind policy) noexcept;
-/// "meridian", "meridian-no-forcing", "vllm-fcfs", "vllm-fcfs-tuned", "vllm-priority", "static-budget".
+/// "meridian", "meridian-no-forcing", "vllm-fcfs", "vllm-fcfs-tuned", "vllm-priority", "static-budget",
+/// "vllm-best".
 [[nodiscard]] std::optional<PolicyKind> parse_policy(std::string_view name) noexcept;
 /// Whether the policy is Meridian's (tiered KV, phase-aware scheduling).
 [[nodiscard]] constexpr bool is_meridian(PolicyKind p) noexcept {
@@ -66,8 +72,28 @@ struct EngineParams {
   /// guide: smaller budgets mean fewer prefill tokens stretching a decode step).
   std::uint32_t tuned_max_num_batched_tokens = 2048;
   std::uint32_t thinking_token_budget = 2048;  ///< static-budget's vLLM thinking_token_budget
-  double series_interval_s = 1.0;              ///< time-series sampling period
-  double max_sim_time_s = 86400;  ///< safety stop: requests still open are reported as unfinished
+  /// vLLM's long_prefill_token_threshold for the vllm-* policies: a prefill
+  /// chunk is cut to this many tokens (0: off, vLLM's default).
+  std::uint32_t long_prefill_token_threshold = 0;
+  /// vLLM's scheduler_reserve_full_isl (on by default in 0.32): a waiting
+  /// request is admitted only if KV for its whole sequence fits, not just
+  /// its first chunk (vllm-* policies).
+  bool scheduler_reserve_full_isl = true;
+  /// A finished or preempted request's KV blocks are given back tail first, as
+  /// vLLM frees them, so a cached prefix's head is reclaimed last (every
+  /// policy). False: head first, the simulator's order before the engine
+  /// replay's fidelity study (kept to measure that correction).
+  bool kv_free_tail_first = true;
+  /// Two steps in flight, as vLLM's EngineCore.step_with_batch_queue (the
+  /// GPU default): a step is planned while the previous one runs, so it sees
+  /// arrivals only up to that step's start and schedules a request that
+  /// finished in the previous step once more (its blocks are freed a step
+  /// later). The Meridian adapter holds no decode then (docs/replay.md), so
+  /// the meridian policies schedule as vllm-fcfs. Off: lockstep (vLLM's
+  /// --no-async-scheduling), the replay's numbers of record.
+  bool async_scheduling = false;
+  double series_interval_s = 1.0;  ///< time-series sampling period
+  double max_sim_time_s = 86400;   ///< safety stop: requests still open are reported as unfinished
 };
 
 /// [slo]: what a request needs to count as served well (DistServe's SLO
@@ -199,6 +225,7 @@ struct ReportContext {
   std::size_t requests = 0;
   std::string command;  ///< the command line that produced it
   ReplayParams params;
+  std::string vllm_best;  ///< the setting vllm-best ran at (VllmSetting::label()), if it ran
 };
 
 /// report.json of one policy: {"policy", "metrics": {...}, "series": [...], "samples": {...}}.

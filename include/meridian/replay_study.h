@@ -36,6 +36,28 @@ struct SeedStat {
 /// Two-sided 95% Student t quantile for `dof` degrees of freedom (1.96 as dof grows).
 [[nodiscard]] double t_quantile_95(std::size_t dof) noexcept;
 
+/// One vLLM scheduler setting of the vllm-best search: the knobs an operator
+/// tunes (SPEC §3.11). Runs as vllm-fcfs, or vllm-priority (chat ahead of
+/// reasoning), with these [engine] values.
+struct VllmSetting {
+  std::uint32_t max_num_batched_tokens = 8192;
+  std::uint32_t long_prefill_token_threshold = 0;  ///< 0: off
+  bool priority = false;                           ///< --scheduling-policy priority
+  /// e.g. "max_num_batched_tokens=512 long_prefill_token_threshold=0 fcfs"
+  [[nodiscard]] std::string label() const;
+  [[nodiscard]] PolicyKind policy() const noexcept {
+    return priority ? PolicyKind::kVllmPriority : PolicyKind::kVllmFcfs;
+  }
+  /// `params` with this setting's [engine] values.
+  [[nodiscard]] ReplayParams apply(ReplayParams params) const;
+  friend bool operator==(const VllmSetting&, const VllmSetting&) = default;
+};
+/// The vllm-best grid: max_num_batched_tokens in {512, 1024, 2048, 4096, 8192}
+/// x long_prefill_token_threshold in {0, 256, 1024} x {fcfs, priority}, less
+/// the thresholds that cannot cut a chunk (>= the token budget: the same
+/// schedule as 0). 26 settings, in that order.
+[[nodiscard]] std::vector<VllmSetting> vllm_best_settings();
+
 /// What every study shares.
 struct StudyOptions {
   MeridianConfig config = MeridianConfig::defaults();
@@ -53,6 +75,9 @@ struct StudyOptions {
   PolicyKind observed_policy = PolicyKind::kMeridian;
   telemetry::EngineMetrics* metrics = nullptr;
   std::function<void(double)> on_time;
+  /// The setting run_seeds() runs for PolicyKind::kVllmBest (find_goodput()'s
+  /// winner, GoodputResult::vllm_best). Unset: run_seeds() refuses vllm-best.
+  std::optional<VllmSetting> vllm_best;
 };
 
 /// One policy's runs, one per seed (in StudyOptions::seeds order). Only the
@@ -108,12 +133,24 @@ struct PolicyGoodput {
   std::vector<std::vector<AttainmentPoint>> points;  ///< per seed, in the order run
 };
 
+/// The vllm-best search: every setting's goodput, and the one that won.
+struct VllmBestSweep {
+  struct Entry {
+    VllmSetting setting;
+    PolicyGoodput goodput;  ///< policy: the setting's vllm-fcfs or vllm-priority
+  };
+  std::vector<Entry> settings;  ///< vllm_best_settings() order
+  std::size_t winner = 0;       ///< index of the highest mean goodput (the first on a tie)
+  [[nodiscard]] const VllmSetting& best() const { return settings.at(winner).setting; }
+};
+
 struct GoodputResult {
   SloParams slo;
   double base_rate = 0;
   std::vector<std::uint64_t> seeds;
   GoodputOptions search;
   std::vector<PolicyGoodput> policies;
+  std::optional<VllmBestSweep> vllm_best;  ///< when vllm-best was searched
   std::uint64_t runs = 0;
   double wall_s = 0;
 
@@ -122,7 +159,10 @@ struct GoodputResult {
   [[nodiscard]] std::optional<SeedStat> ratio(PolicyKind candidate, PolicyKind baseline) const;
 };
 
-/// Finds each policy's goodput on every seed. Throws ConfigError on bad parameters.
+/// Finds each policy's goodput on every seed. PolicyKind::kVllmBest searches
+/// every vllm_best_settings() setting (scan points run only down to the
+/// target, not for the plot) and reports the winner's goodput under
+/// "vllm-best". Throws ConfigError on bad parameters.
 [[nodiscard]] GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyOptions& options,
                                          const GoodputOptions& search = {});
 
@@ -177,7 +217,8 @@ struct TargetCheck {
   bool percent = true;     ///< value is a percentage (else a count or a ratio)
 };
 [[nodiscard]] std::vector<TargetCheck> check_targets(const std::vector<PolicyRuns>& runs);
-/// The goodput targets: meridian-no-forcing >= 1.5x vllm-fcfs and >= 1.2x vllm-fcfs-tuned.
+/// The goodput targets: meridian-no-forcing >= 1.5x vllm-fcfs, >= 1.2x vllm-fcfs-tuned, and
+/// >= 1.0x vllm-best (when searched).
 [[nodiscard]] std::vector<TargetCheck> check_goodput_targets(const GoodputResult& result);
 
 /// ab-report.json over seeds: "runs" holds the per-policy means (the SPEC §4

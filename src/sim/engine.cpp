@@ -14,9 +14,11 @@
 #include <fmt/format.h>
 
 #include "meridian/entropy_probe.h"
+#include "meridian/error.h"
 #include "meridian/metrics.h"
 #include "meridian/phase_router.h"
 #include "meridian/replay.h"
+#include "meridian/replay_timeline.h"
 #include "sim/disagg.h"
 #include "sim/engine_setup.h"
 #include "sim/metrics.h"
@@ -59,7 +61,7 @@ struct Live {
   std::optional<ForceReason> forced;
   bool forced_before_answer = false;
   bool slo_missed = false;  // already counted in slo_misses_
-  float think_tpot_ms = -1;
+  std::int64_t finish_ns = -1;
 };
 
 struct Arrival {
@@ -86,7 +88,9 @@ class Engine {
               [this](RequestId id, std::uint32_t index) { return block_hash(id, index); }) {
     validate(o.params);
     const EngineParams& e = o.params.engine;
-    if (is_meridian(o.policy)) {
+    // Under async scheduling today's adapter holds nothing (every running
+    // request has an output placeholder), so vLLM's own schedule runs.
+    if (is_meridian(o.policy) && !e.async_scheduling) {
       StepLimits limits;
       limits.token_budget = e.max_num_batched_tokens;
       limits.max_sequences = e.max_num_seqs;
@@ -101,9 +105,11 @@ class Engine {
       const bool tuned = o.policy == PolicyKind::kVllmFcfsTuned;
       policy_ = detail::make_vllm_policy(
           {o.policy == PolicyKind::kVllmPriority,
-           tuned ? e.tuned_max_num_batched_tokens : e.max_num_batched_tokens, e.max_num_seqs},
+           tuned ? e.tuned_max_num_batched_tokens : e.max_num_batched_tokens, e.max_num_seqs,
+           e.long_prefill_token_threshold, e.scheduler_reserve_full_isl},
           pool_);
     }
+    async_ = e.async_scheduling;
     probe_settings_ = ProbeSettings::from(o.config);
     forcing_ = o.policy == PolicyKind::kMeridian && probe_settings_.enabled;
     total_blocks_ = kv_.usage().total_blocks;
@@ -134,7 +140,8 @@ class Engine {
         stopped_early_ = true;
         break;
       }
-      admit_arrivals();
+      // Two in flight: this step was planned when the previous one started.
+      admit_arrivals(async_ && planned_during_ns_ >= 0 ? planned_during_ns_ : now_ns_);
       if (link_) link_->complete_until(now_ns_, [this](RequestId id) { kv_.demote_think_blocks(id); });
       if (active_ == 0 && arrivals_.empty()) break;
       std::chrono::steady_clock::time_point plan_started;
@@ -142,6 +149,8 @@ class Engine {
       const EngineStep& step = policy_->plan(now_ns_);
       handle_preemptions(step);
       handle_aborts(step);
+      release_finished();
+      planned_during_ns_ = -1;
       if (step.items.empty()) {
         policy_->complete(cost_.step_ms({}), now_ns_);
         if (!arrivals_.empty()) {  // idle until the next arrival
@@ -165,6 +174,7 @@ class Engine {
       const std::int64_t begin_ns = std::max(now_ns_, link_ready_ns_);
       if (link_) link_->add_wait(begin_ns - now_ns_);
       const std::int64_t end_ns = begin_ns + static_cast<std::int64_t>(std::llround(ms * kNsPerMs));
+      planned_during_ns_ = begin_ns;
       policy_->complete(ms, end_ns);
       ++steps_;
       busy_ns_ += end_ns - begin_ns;
@@ -202,6 +212,7 @@ class Engine {
     k.block_size_bytes = cost_.params().kv_bytes_per_token() * block_tokens_;
     k.think_phase_memory_fraction = o_.config.kv_memory.think_phase_memory_fraction;
     k.aggressive_think_eviction = o_.config.kv_memory.aggressive_think_eviction;
+    k.release_tail_first = o_.params.engine.kv_free_tail_first;
     // The disaggregated mode: ThinkComplete blocks (demoted once pushed) may be reclaimed.
     k.fabric_offload = disagg_on();
     if (k.num_blocks == 0) {
@@ -226,8 +237,8 @@ class Engine {
     return mix64(mix64(id * 0xc2b2ae3d27d4eb4fULL + 2) ^ index);
   }
 
-  void admit_arrivals() {
-    while (!arrivals_.empty() && arrivals_.top().at_ns <= now_ns_) {
+  void admit_arrivals(std::int64_t until_ns) {
+    while (!arrivals_.empty() && arrivals_.top().at_ns <= until_ns) {
       const Arrival a = arrivals_.top();
       arrivals_.pop();
       const RequestSpec& spec = w_.requests[a.id - 1];
@@ -287,30 +298,34 @@ class Engine {
     ++slo_misses_;
   }
 
-  // The request's outcome as it stands now (final once it is done).
-  [[nodiscard]] RequestOutcome outcome(RequestId id) const {
+  // The request's times so far (final once it is done), on the replay's clock in seconds.
+  [[nodiscard]] RequestTimeline timeline(RequestId id) const {
     const Live& r = live_[id];
     const RequestSpec& spec = w_.requests[id - 1];
-    RequestOutcome o;
-    o.reasoning = spec.reasoning();
-    o.arrived = r.arrival_ns >= 0;
-    if (!o.arrived) return o;
-    o.completed = r.done && r.answer_emitted >= spec.answer_tokens;
-    if (r.first_token_ns >= 0) o.ttft_ms = ms_between(r.arrival_ns, r.first_token_ns);
-    if (r.first_visible_ns >= 0) o.ttfv_ms = ms_between(r.arrival_ns, r.first_visible_ns);
-    if (r.answer_emitted >= 2) {
-      o.output_tpot_ms =
-          ms_between(r.first_visible_ns, r.last_token_ns) / static_cast<float>(r.answer_emitted - 1);
-    }
-    o.think_tpot_ms = r.think_tpot_ms;
-    o.think_tokens = r.think_emitted;
-    o.slo_met = meets_slo(o, o_.params.slo);
-    return o;
+    const auto s = [](std::int64_t ns) { return ns < 0 ? -1.0 : static_cast<double>(ns) / kNsPerS; };
+    RequestTimeline t;
+    t.reasoning = spec.reasoning();
+    t.arrived = r.arrival_ns >= 0;
+    t.completed = r.done && r.answer_emitted >= spec.answer_tokens;
+    t.arrival_s = s(r.arrival_ns);
+    t.first_token_s = s(r.first_token_ns);
+    t.first_visible_s = s(r.first_visible_ns);
+    t.think_end_s = s(r.think_end_ns);
+    t.last_token_s = s(r.last_token_ns);
+    t.finish_s = s(r.finish_ns);
+    t.think_tokens = r.think_emitted;
+    t.answer_tokens = r.answer_emitted;
+    t.natural_think_tokens = spec.think_tokens;
+    return t;
+  }
+  [[nodiscard]] RequestOutcome outcome(RequestId id) const {
+    return timeline_outcome(timeline(id), o_.params.slo);
   }
 
   void handle_aborts(const EngineStep& step) {
     for (RequestId id : step.aborted) {
       kv_.release(id, ReleaseKind::kAbort);
+      if (live_[id].done) continue;  // finished a step ago (async); counted then
       if (link_) link_->forget(id);
       router_.end(id);
       live_[id].done = true;
@@ -381,8 +396,7 @@ class Engine {
       if (r.done) continue;
       if (r.first_token_ns < 0) {
         r.first_token_ns = now_ns_;
-        ttft_.push_back(ms_between(r.arrival_ns, now_ns_));
-        if (ttft_.back() > o_.params.slo.ttft_ms) miss_slo(r);
+        if (ms_between(r.arrival_ns, now_ns_) > o_.params.slo.ttft_ms) miss_slo(r);
       }
       TokenId token = kAnswerTokenId;
       if (r.in_think) {
@@ -401,8 +415,6 @@ class Engine {
         window_tokens_ += 1;
         if (r.first_visible_ns < 0) {
           r.first_visible_ns = now_ns_;
-          ttfv_.push_back(ms_between(r.arrival_ns, now_ns_));
-          if (r.think_end_ns >= 0) ttot_.push_back(ms_between(r.think_end_ns, now_ns_));
         } else {
           const auto itl = ms_between(r.last_token_ns, now_ns_);
           output_itl_.push_back(itl);
@@ -429,10 +441,6 @@ class Engine {
       case PhaseEventKind::kExitThink:
         r.in_think = false;
         r.think_end_ns = now_ns_;
-        if (r.think_emitted > 1 && r.first_token_ns >= 0) {
-          r.think_tpot_ms = ms_between(r.first_token_ns, now_ns_) / static_cast<float>(r.think_emitted);
-          think_tpot_.push_back(r.think_tpot_ms);
-        }
         if (ev.forced) {
           r.forced = ev.reason;
           r.forced_before_answer = r.think_emitted < r.signals.answer_at;
@@ -454,16 +462,16 @@ class Engine {
   void finish(RequestId id) {
     Live& r = live_[id];
     r.done = true;
-    policy_->finish(id);
-    kv_.release(id, ReleaseKind::kFinished);
-    if (link_) link_->forget(id);
-    e2e_.push_back(ms_between(r.arrival_ns, now_ns_));
+    if (async_) {
+      unreleased_.push_back(id);  // the scheduler learns of it after planning the next step
+    } else {
+      release(id);
+    }
+    r.finish_ns = now_ns_;
     if (!outcome(id).slo_met) miss_slo(r);
     record_request(id);
     if (r.spec->reasoning()) {
       ++reasoning_done_;
-      think_counts_.push_back(static_cast<float>(r.think_emitted));
-      natural_think_tokens_ += r.spec->think_tokens;
       if (r.forced) {
         ++forced_[static_cast<std::size_t>(*r.forced)];
         if (r.forced_before_answer) ++forced_before_answer_;
@@ -476,6 +484,19 @@ class Engine {
       const double delay = w_.requests[next - 1].delay_s;
       arrivals_.push({now_ns_ + static_cast<std::int64_t>(std::llround(delay * kNsPerS)), next});
     }
+  }
+
+  void release(RequestId id) {
+    policy_->finish(id);
+    kv_.release(id, ReleaseKind::kFinished);
+    if (link_) link_->forget(id);
+  }
+
+  // Async scheduling: a request that finished in the previous step was
+  // scheduled once more (its output is dropped); now its KV is given back.
+  void release_finished() {
+    for (RequestId id : unreleased_) release(id);
+    unreleased_.clear();
   }
 
   // Feeds the tokens just generated to each thinking request's probe and
@@ -577,6 +598,9 @@ class Engine {
   bool forcing_ = false;
   std::optional<detail::DisaggLink> link_;  // the disaggregated mode (Meridian policies)
   std::int64_t link_ready_ns_ = 0;          // the next step starts no earlier
+  bool async_ = false;                      // two steps in flight ([engine] async_scheduling)
+  std::int64_t planned_during_ns_ = -1;     // async: start of the step the next plan overlapped
+  std::vector<RequestId> unreleased_;       // async: finished, still held by the scheduler
 
   std::vector<Live> live_;  // indexed by request id
   std::vector<RequestId> next_turn_;
@@ -606,7 +630,6 @@ class Engine {
   std::uint64_t preempted_answer_ = 0;
   std::uint64_t answer_blocks_evicted_ = 0;
   std::uint64_t slo_misses_ = 0;
-  std::uint64_t natural_think_tokens_ = 0;  // natural lengths of the completed reasoning requests
   bool stopped_early_ = false;
   std::uint64_t forced_[3] = {};
   std::uint64_t forced_before_answer_ = 0;
@@ -617,150 +640,65 @@ class Engine {
   std::uint64_t arrival_window_tokens_ = 0;  // generated while first turns still arrive
   std::int64_t arrival_window_end_ns_ = 0;
   double wall_s_ = 0;
-  std::vector<float> ttft_, ttot_, ttfv_, output_itl_, think_itl_, think_tpot_, e2e_, think_counts_;
+  std::vector<float> output_itl_, think_itl_;
   std::vector<float> window_itl_;
   std::vector<SeriesPoint> series_;
 };
 
 ReplayResult Engine::summarize() {
-  using detail::mean;
-  using detail::percentile;
-  ReplayResult out;
+  std::vector<RequestTimeline> timelines;
+  timelines.reserve(w_.requests.size());
+  for (const RequestSpec& spec : w_.requests) timelines.push_back(timeline(spec.id));
+  RunTotals t;
+  t.steps = steps_;
+  t.prefill_tokens = prefill_tokens_;
+  t.simulated_tokens = simulated_tokens_;
+  t.preemptions = preemptions_[0] + preemptions_[1] + preemptions_[2];
+  t.preempted_answer_phase = preempted_answer_;
+  t.prefix_lookup_blocks = pool_.prompt_lookup_blocks();
+  t.prefix_hit_blocks = pool_.prompt_hit_blocks();
+  t.rejected = rejected_;
+  t.unfinished = active_;
+  t.busy_s = static_cast<double>(busy_ns_) / kNsPerS;
+  t.makespan_s = static_cast<double>(last_finish_ns_) / kNsPerS;
+  t.arrival_window_end_s = static_cast<double>(arrival_window_end_ns_) / kNsPerS;
+  t.arrival_window_tokens = arrival_window_tokens_;
+  t.wall_s = wall_s_;
+  t.stopped_early = stopped_early_;
+  // One definition of every metric (summarize_timelines); then what only this engine counts.
+  ReplayResult out =
+      summarize_timelines(timelines, std::move(output_itl_), std::move(think_itl_), t, o_.params.slo);
   out.policy = o_.policy;
-  auto& m = out.metrics;
-  auto put = [&](std::string_view name, double v) { m.emplace_back(std::string(name), v); };
-  const double reasoning = std::max<double>(1, static_cast<double>(reasoning_done_));
-  const double makespan_s = static_cast<double>(last_finish_ns_) / kNsPerS;
-  out.outcomes.reserve(w_.requests.size());
-  std::uint64_t met[2] = {};    // chat, reasoning
-  std::uint64_t total[2] = {};  // chat, reasoning
-  std::vector<float> ttfv_class[2];
-  std::vector<float> output_tpot;
-  // Why requests missed (a request may miss several bounds).
-  std::uint64_t miss_incomplete = 0;
-  std::uint64_t miss_ttft = 0;
-  std::uint64_t miss_output = 0;
-  std::uint64_t miss_think = 0;
-  const SloParams& slo = o_.params.slo;
-  for (const RequestSpec& spec : w_.requests) {
-    const RequestOutcome oc = outcome(spec.id);
-    const std::size_t cls = oc.reasoning ? 1 : 0;
-    ++total[cls];
-    if (oc.slo_met) ++met[cls];
-    if (!oc.completed) ++miss_incomplete;
-    if (oc.ttft_ms > slo.ttft_ms) ++miss_ttft;
-    if (oc.output_tpot_ms > slo.output_tpot_ms) ++miss_output;
-    if (oc.think_tpot_ms > slo.think_tpot_ms) ++miss_think;
-    if (oc.ttfv_ms >= 0) ttfv_class[cls].push_back(oc.ttfv_ms);
-    if (oc.output_tpot_ms >= 0) output_tpot.push_back(oc.output_tpot_ms);
-    out.outcomes.push_back(oc);
-  }
-  auto pct = [](std::uint64_t part, std::uint64_t whole) {
-    return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / static_cast<double>(whole);
+  auto set = [&](std::string_view name, double v) {
+    for (auto& [k, value] : out.metrics) {
+      if (k == name) value = v;
+    }
   };
-  put("requests", static_cast<double>(w_.requests.size()));
-  put("arrived", static_cast<double>(arrived_));
-  put("completed", static_cast<double>(finished_));
-  put("aborted", static_cast<double>(aborted_));
-  put("rejected", static_cast<double>(rejected_));
-  put("unfinished", static_cast<double>(active_));
-  put("never_arrived", static_cast<double>(w_.requests.size() - arrived_));
-  put("stopped_early", stopped_early_ ? 1 : 0);
-  put("slo_attainment_pct", pct(met[0] + met[1], total[0] + total[1]));
-  put("slo_attainment_chat_pct", pct(met[0], total[0]));
-  put("slo_attainment_reasoning_pct", pct(met[1], total[1]));
-  const std::uint64_t all = total[0] + total[1];
-  put("slo_miss_ttft_pct", pct(miss_ttft, all));
-  put("slo_miss_output_tpot_pct", pct(miss_output, all));
-  put("slo_miss_think_tpot_pct", pct(miss_think, all));
-  put("slo_miss_incomplete_pct", pct(miss_incomplete, all));
-  put("ttft_p50_ms", percentile(ttft_, 50));
-  put("ttft_p90_ms", percentile(ttft_, 90));
-  put("ttft_p95_ms", percentile(ttft_, 95));
-  put("ttft_p99_ms", percentile(ttft_, 99));
-  put("ttfv_p50_ms", percentile(ttfv_, 50));
-  put("ttfv_p95_ms", percentile(ttfv_, 95));
-  put("ttfv_chat_p50_ms", percentile(ttfv_class[0], 50));
-  put("ttfv_chat_p95_ms", percentile(ttfv_class[0], 95));
-  put("ttfv_reasoning_p50_ms", percentile(ttfv_class[1], 50));
-  put("ttfv_reasoning_p95_ms", percentile(ttfv_class[1], 95));
-  put("ttot_p50_ms", percentile(ttot_, 50));
-  put("ttot_p95_ms", percentile(ttot_, 95));
-  put("ttot_p99_ms", percentile(ttot_, 99));
-  put("output_tpot_p50_ms", percentile(output_tpot, 50));
-  put("output_tpot_p90_ms", percentile(output_tpot, 90));
-  put("output_tpot_p95_ms", percentile(output_tpot, 95));
-  put("output_itl_p50_ms", percentile(output_itl_, 50));
-  put("output_itl_p95_ms", percentile(output_itl_, 95));
-  put("output_itl_p99_ms", percentile(output_itl_, 99));
-  put("output_itl_max_ms", output_itl_.empty() ? 0 : output_itl_.back());
-  put("think_tpot_p50_ms", percentile(think_tpot_, 50));
-  put("think_tpot_p90_ms", percentile(think_tpot_, 90));
-  put("think_tpot_p99_ms", percentile(think_tpot_, 99));
-  put("think_itl_p99_ms", percentile(think_itl_, 99));
-  put("think_itl_max_ms", think_itl_.empty() ? 0 : think_itl_.back());
-  put("e2e_p50_ms", percentile(e2e_, 50));
-  put("e2e_p95_ms", percentile(e2e_, 95));
-  put("think_tokens_avg", mean(think_counts_));
-  put("think_tokens_p95", percentile(think_counts_, 95));
-  put("think_tokens_total", static_cast<double>(think_tokens_total_));
-  double emitted_by_done = 0;
-  for (float c : think_counts_) emitted_by_done += c;
-  put("think_tokens_saved_pct",
-      natural_think_tokens_ > 0 ? 100.0 * (1.0 - emitted_by_done / static_cast<double>(natural_think_tokens_))
-                                : 0);
-  put("output_tokens_total", static_cast<double>(output_tokens_total_));
-  const std::uint64_t forced_total = forced_[0] + forced_[1] + forced_[2];
-  put("forced_pct", 100.0 * static_cast<double>(forced_total) / reasoning);
-  put("forced_converged_pct", 100.0 * static_cast<double>(forced_[0]) / reasoning);
-  put("forced_overthinking_pct", 100.0 * static_cast<double>(forced_[1]) / reasoning);
-  put("forced_hard_cap_pct", 100.0 * static_cast<double>(forced_[2]) / reasoning);
-  put("forced_before_answer_pct", 100.0 * static_cast<double>(forced_before_answer_) / reasoning);
+  const double reasoning = std::max<double>(1, static_cast<double>(reasoning_done_));
+  set("aborted", static_cast<double>(aborted_));
+  set("forced_pct", 100.0 * static_cast<double>(forced_[0] + forced_[1] + forced_[2]) / reasoning);
+  set("forced_converged_pct", 100.0 * static_cast<double>(forced_[0]) / reasoning);
+  set("forced_overthinking_pct", 100.0 * static_cast<double>(forced_[1]) / reasoning);
+  set("forced_hard_cap_pct", 100.0 * static_cast<double>(forced_[2]) / reasoning);
+  set("forced_before_answer_pct", 100.0 * static_cast<double>(forced_before_answer_) / reasoning);
   const KvBlockCounters& c = kv_.counters();
-  put("evictions_think_complete", static_cast<double>(c.evictions(BlockTier::kThinkComplete)));
-  put("evictions_think_active", static_cast<double>(c.evictions(BlockTier::kThinkActive)));
-  put("evictions_output_critical", static_cast<double>(c.evictions(BlockTier::kOutputCritical)));
-  put("output_critical_eviction_events", static_cast<double>(c.output_critical_eviction_events));
-  put("preemptions", static_cast<double>(preemptions_[0] + preemptions_[1] + preemptions_[2]));
-  put("preemptions_recompute", static_cast<double>(preemptions_[0]));
-  put("preemptions_swap", static_cast<double>(preemptions_[1]));
-  put("preempted_answer_phase", static_cast<double>(preempted_answer_));
-  put("answer_phase_evicted_blocks", static_cast<double>(answer_blocks_evicted_));
-  const auto preempted = static_cast<double>(preemptions_[0] + preemptions_[1] + preemptions_[2]);
-  put("preemptions_per_completed", finished_ > 0 ? preempted / static_cast<double>(finished_) : preempted);
-  const auto lookups = static_cast<double>(pool_.prompt_lookup_blocks());
-  put("prefix_hit_rate", lookups > 0 ? static_cast<double>(pool_.prompt_hit_blocks()) / lookups : 0);
-  const auto generated = static_cast<double>(think_tokens_total_ + output_tokens_total_);
-  put("throughput_tokens_per_s", makespan_s > 0 ? generated / makespan_s : 0);
-  put("think_throughput_tokens_per_s",
-      makespan_s > 0 ? static_cast<double>(think_tokens_total_) / makespan_s : 0);
-  const double window_s = static_cast<double>(arrival_window_end_ns_) / kNsPerS;
-  put("arrival_window_throughput_tokens_per_s",
-      window_s > 0 ? static_cast<double>(arrival_window_tokens_) / window_s : 0);
-  put("probe_passes", static_cast<double>(probe_passes_));
-  put("prefill_tokens", static_cast<double>(prefill_tokens_));
-  put("simulated_tokens", static_cast<double>(simulated_tokens_));
-  put("steps", static_cast<double>(steps_));
-  put("makespan_s", makespan_s);
-  put("gpu_busy_pct", makespan_s > 0 ? 100.0 * static_cast<double>(busy_ns_) / kNsPerS / makespan_s : 0);
-  put("sim_wall_s", wall_s_);
-  put("sim_tokens_per_s", wall_s_ > 0 ? static_cast<double>(simulated_tokens_) / wall_s_ : 0);
+  set("evictions_think_complete", static_cast<double>(c.evictions(BlockTier::kThinkComplete)));
+  set("evictions_think_active", static_cast<double>(c.evictions(BlockTier::kThinkActive)));
+  set("evictions_output_critical", static_cast<double>(c.evictions(BlockTier::kOutputCritical)));
+  set("output_critical_eviction_events", static_cast<double>(c.output_critical_eviction_events));
+  set("preemptions_recompute", static_cast<double>(preemptions_[0]));
+  set("preemptions_swap", static_cast<double>(preemptions_[1]));
+  set("answer_phase_evicted_blocks", static_cast<double>(answer_blocks_evicted_));
+  set("probe_passes", static_cast<double>(probe_passes_));
   if (o_.params.disagg.enabled()) {  // the baselines have no fabric: zeros, so the keys line up
     const detail::DisaggLink none(o_.params.disagg, kv_.options().block_size_bytes, block_tokens_, 0);
-    for (const auto& [k, v] : (link_ ? *link_ : none).metrics(makespan_s)) put(k, v);
+    for (const auto& [k, v] : (link_ ? *link_ : none).metrics(t.makespan_s)) out.metrics.emplace_back(k, v);
     // Offload moves blocks between owners and tiers: the pool must still add up.
     if (const std::string bad = kv_.check_invariants(); !bad.empty()) {
       throw Error(fmt::format("replay: KV pool inconsistent after the disaggregated run: {}", bad));
     }
   }
   out.series = std::move(series_);
-  out.ttft_ms = std::move(ttft_);
-  out.ttot_ms = std::move(ttot_);
-  out.ttfv_ms = std::move(ttfv_);
-  out.output_itl_ms = std::move(output_itl_);
-  out.think_tpot_ms = std::move(think_tpot_);
-  out.e2e_ms = std::move(e2e_);
-  out.stopped_early = stopped_early_;
   return out;
 }
 
@@ -773,6 +711,11 @@ bool meets_slo(const RequestOutcome& r, const SloParams& slo) noexcept {
 }
 
 ReplayResult run_replay(const Workload& workload, const ReplayOptions& options) {
+  if (options.policy == PolicyKind::kVllmBest) {
+    throw InvalidArgument(
+        "replay: vllm-best is a setting search, not one run: find_goodput() picks its setting, and "
+        "run_seeds() runs it from StudyOptions::vllm_best");
+  }
   Engine engine(workload, options);
   return engine.run();
 }

@@ -18,6 +18,7 @@ RouterLimits router_limits(PolicyKind policy, const ReplayOptions& o) {
     case PolicyKind::kVllmFcfs:
     case PolicyKind::kVllmFcfsTuned:
     case PolicyKind::kVllmPriority:
+    case PolicyKind::kVllmBest:
       limits.max_think_tokens = std::numeric_limits<std::uint64_t>::max();  // vLLM: no think cap
       break;
     case PolicyKind::kStaticBudget:

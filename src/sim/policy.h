@@ -95,6 +95,8 @@ struct VllmPolicyOptions {
   bool priority = false;  ///< --scheduling-policy priority
   std::uint32_t max_num_batched_tokens = 8192;
   std::uint32_t max_num_seqs = 1024;
+  std::uint32_t long_prefill_token_threshold = 0;  ///< 0: off
+  bool reserve_full_isl = true;                    ///< scheduler_reserve_full_isl
 };
 
 std::unique_ptr<SchedulingPolicy> make_vllm_policy(const VllmPolicyOptions& options, KvPool& pool);

@@ -71,6 +71,10 @@ TableSpec replay_spec(ReplayParams& p) {
                     {"tuned_max_num_batched_tokens", &e.tuned_max_num_batched_tokens, in(1, 1048576)},
                     {"max_num_seqs", &e.max_num_seqs, in(1, 65536)},
                     {"thinking_token_budget", &e.thinking_token_budget, in(1, kU32Max)},
+                    {"long_prefill_token_threshold", &e.long_prefill_token_threshold, in(0, 1048576)},
+                    {"scheduler_reserve_full_isl", &e.scheduler_reserve_full_isl},
+                    {"kv_free_tail_first", &e.kv_free_tail_first},
+                    {"async_scheduling", &e.async_scheduling},
                     {"series_interval_s", &e.series_interval_s, in(0.001, kMaxSimTimeS)},
                     {"max_sim_time_s", &e.max_sim_time_s, above(0, kMaxSimTimeS)}},
                    {},
@@ -197,6 +201,11 @@ void check_bounds(const ReplayParams& p, IssueList& issues) {
                     kMaxSeriesSamples, toml_fields::format_double(e.max_sim_time_s / kMaxSeriesSamples),
                     kMaxSeriesSamples, toml_fields::format_double(e.series_interval_s)));
   }
+  if (e.async_scheduling && p.disagg.enabled()) {
+    issues.add("engine.async_scheduling",
+               "engine.async_scheduling must be false when [disagg] is on: the disaggregated mode is "
+               "modelled with one step in flight");
+  }
   const WorkloadParams& w = p.workload;
   const double turns = w.kind == "seeds-mix" ? 1.0 : w.mean_turns;  // seeds-mix has single-turn requests
   const double expected = w.arrival_rate * w.duration_s * turns;
@@ -244,6 +253,7 @@ std::string toml_number(const Field& f) {
   if (const auto* d = std::get_if<double*>(&f.target)) return toml_fields::format_double(**d);
   if (const auto* u = std::get_if<std::uint32_t*>(&f.target)) return fmt::format("{}", **u);
   if (const auto* s = std::get_if<std::string*>(&f.target)) return toml_fields::toml_string(**s);
+  if (const auto* b = std::get_if<bool*>(&f.target)) return **b ? "true" : "false";
   return {};
 }
 

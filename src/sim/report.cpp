@@ -41,6 +41,7 @@ std::string_view to_string(PolicyKind policy) noexcept {
     case PolicyKind::kStaticBudget: return "static-budget";
     case PolicyKind::kMeridianNoForcing: return "meridian-no-forcing";
     case PolicyKind::kMeridian: return "meridian";
+    case PolicyKind::kVllmBest: return "vllm-best";
   }
   return "?";
 }
@@ -49,6 +50,7 @@ std::optional<PolicyKind> parse_policy(std::string_view name) noexcept {
   for (PolicyKind p : kAllPolicies) {
     if (to_string(p) == name) return p;
   }
+  if (name == to_string(PolicyKind::kVllmBest)) return PolicyKind::kVllmBest;
   return std::nullopt;
 }
 

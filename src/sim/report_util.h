@@ -32,6 +32,7 @@ inline nlohmann::ordered_json context_json(const ReportContext& c) {
               {"think_tpot_ms", c.params.slo.think_tpot_ms},
               {"attainment_pct", c.params.slo.attainment_pct}};
   j["command"] = c.command;
+  if (!c.vllm_best.empty()) j["vllm_best"] = c.vllm_best;
   j["cost_model"] = "roofline: Qwen3-8B-class bf16 on one H100 SXM unless overridden (docs/replay.md)";
   return j;
 }

@@ -90,6 +90,7 @@ std::vector<Workload> seed_workloads(const StudyOptions& o) {
   return workloads;
 }
 
+// The run behind `policy`: vllm-best is its chosen setting's vLLM policy with that setting's [engine] values.
 ReplayOptions replay_options(const StudyOptions& o, PolicyKind policy, const ReplayParams& params,
                              std::uint64_t seed) {
   ReplayOptions ro;
@@ -98,6 +99,15 @@ ReplayOptions replay_options(const StudyOptions& o, PolicyKind policy, const Rep
   ro.model = o.model;
   ro.params = params;
   ro.seed = seed;
+  if (policy == PolicyKind::kVllmBest) {
+    if (!o.vllm_best) {
+      throw InvalidArgument(
+          "vllm-best has no setting yet: the goodput search picks it (find_goodput() with vllm-best, "
+          "`meridian replay --goodput`)");
+    }
+    ro.policy = o.vllm_best->policy();
+    ro.params = o.vllm_best->apply(params);
+  }
   return ro;
 }
 
@@ -174,6 +184,7 @@ std::vector<PolicyRuns> run_seeds(const std::vector<PolicyKind>& policies, const
       ro.on_time = o.on_time;
     }
     ReplayResult r = run_replay(workloads[s], ro);
+    r.policy = policies[p];  // vllm-best ran as its setting's policy
     if (s > 0) drop_samples(r);
     out[p].seeds[s] = std::move(r);
     progress.tick();
@@ -259,6 +270,30 @@ std::optional<SeedStat> GoodputResult::ratio(PolicyKind candidate, PolicyKind ba
   return seed_stat(std::move(v));
 }
 
+std::string VllmSetting::label() const {
+  return fmt::format("max_num_batched_tokens={} long_prefill_token_threshold={} {}", max_num_batched_tokens,
+                     long_prefill_token_threshold, priority ? "priority" : "fcfs");
+}
+
+ReplayParams VllmSetting::apply(ReplayParams params) const {
+  params.engine.max_num_batched_tokens = max_num_batched_tokens;
+  params.engine.long_prefill_token_threshold = long_prefill_token_threshold;
+  return params;
+}
+
+std::vector<VllmSetting> vllm_best_settings() {
+  std::vector<VllmSetting> out;
+  for (bool priority : {false, true}) {
+    for (std::uint32_t budget : {512U, 1024U, 2048U, 4096U, 8192U}) {
+      for (std::uint32_t threshold : {0U, 256U, 1024U}) {
+        if (threshold >= budget) continue;  // cannot cut a chunk: the schedule of threshold 0
+        out.push_back({budget, threshold, priority});
+      }
+    }
+  }
+  return out;
+}
+
 GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyOptions& o,
                            const GoodputOptions& search) {
   validate(o.params);
@@ -275,29 +310,52 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
   out.base_rate = o.params.workload.arrival_rate;
   out.seeds = o.seeds;
   out.search = search;
-  const std::size_t seeds = o.seeds.size();
-  std::vector<std::vector<double>> goodput(policies.size(), std::vector<double>(seeds, 0));
-  out.policies.resize(policies.size());
-  for (std::size_t p = 0; p < policies.size(); ++p) {
-    out.policies[p].policy = policies[p];
-    out.policies[p].at_least.assign(seeds, false);
-    out.policies[p].points.resize(seeds);
+  // Every search: one per policy, and one per setting for vllm-best. A setting's
+  // scan runs only down to the target: its points are not plotted.
+  struct Search {
+    PolicyKind policy;
+    ReplayParams params;
+    GoodputOptions options;
+    PolicyGoodput result;
+  };
+  std::vector<Search> searches;
+  const std::vector<VllmSetting> settings = vllm_best_settings();
+  std::size_t sweep_first = 0;
+  bool sweep = false;
+  for (PolicyKind p : policies) {
+    if (p != PolicyKind::kVllmBest) {
+      searches.push_back({p, o.params, search, {}});
+      continue;
+    }
+    if (sweep) continue;  // named twice: one sweep
+    sweep = true;
+    sweep_first = searches.size();
+    GoodputOptions quick = search;
+    quick.plot_floor_pct = o.params.slo.attainment_pct;
+    for (const VllmSetting& v : settings) searches.push_back({v.policy(), v.apply(o.params), quick, {}});
   }
+  const std::size_t seeds = o.seeds.size();
+  for (Search& q : searches) {
+    q.result.policy = q.policy;
+    q.result.at_least.assign(seeds, false);
+    q.result.points.resize(seeds);
+  }
+  std::vector<std::vector<double>> goodput(searches.size(), std::vector<double>(seeds, 0));
   std::atomic<std::uint64_t> runs{0};
-  // Progress counts (policy, seed) searches.
-  Progress progress(o.progress, policies.size() * seeds);
+  // Progress counts (search, seed) pairs.
+  Progress progress(o.progress, searches.size() * seeds);
   const double target = o.params.slo.attainment_pct;
-  parallel_for(policies.size() * seeds, o.threads, [&](std::size_t i) {
-    const std::size_t p = i / seeds;
+  parallel_for(searches.size() * seeds, o.threads, [&](std::size_t i) {
+    Search& q = searches[i / seeds];
     const std::size_t s = i % seeds;
     auto attainment = [&](double rate, bool for_plot) {
-      ReplayParams params = o.params;
+      ReplayParams params = q.params;
       params.workload.arrival_rate = rate;
       const Workload w = generate_workload(params.workload, o.seeds[s]);
-      ReplayOptions ro = replay_options(o, policies[p], params, o.seeds[s]);
+      ReplayOptions ro = replay_options(o, q.policy, params, o.seeds[s]);
       // Stop once the threshold is out of reach: every unresolved request
       // would have to meet its SLO, and more than the allowed share already missed.
-      const double threshold = for_plot ? std::min(search.plot_floor_pct, target) : target;
+      const double threshold = for_plot ? std::min(q.options.plot_floor_pct, target) : target;
       ro.stop_after_slo_misses = static_cast<std::uint64_t>(
           std::floor(static_cast<double>(w.requests.size()) * (100.0 - threshold) / 100.0));
       const ReplayResult r = run_replay(w, ro);
@@ -306,12 +364,33 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
                              r.metric("slo_attainment_reasoning_pct"), r.stopped_early};
     };
     bool at_least = false;
-    goodput[p][s] =
-        search_goodput(attainment, out.base_rate, target, search, out.policies[p].points[s], &at_least);
-    out.policies[p].at_least[s] = at_least;
+    goodput[i / seeds][s] =
+        search_goodput(attainment, out.base_rate, target, q.options, q.result.points[s], &at_least);
+    q.result.at_least[s] = at_least;
     progress.tick();
   });
-  for (std::size_t p = 0; p < policies.size(); ++p) out.policies[p].goodput_rps = seed_stat(goodput[p]);
+  for (std::size_t q = 0; q < searches.size(); ++q) searches[q].result.goodput_rps = seed_stat(goodput[q]);
+  if (sweep) {
+    VllmBestSweep best;
+    for (std::size_t k = 0; k < settings.size(); ++k) {
+      best.settings.push_back({settings[k], searches[sweep_first + k].result});
+      if (best.settings[k].goodput.goodput_rps.mean > best.settings[best.winner].goodput.goodput_rps.mean) {
+        best.winner = k;
+      }
+    }
+    out.vllm_best = std::move(best);
+  }
+  for (std::size_t q = 0; q < searches.size();) {
+    if (sweep && q == sweep_first) {
+      PolicyGoodput winner = out.vllm_best->settings[out.vllm_best->winner].goodput;
+      winner.policy = PolicyKind::kVllmBest;
+      out.policies.push_back(std::move(winner));
+      q += settings.size();
+      continue;
+    }
+    out.policies.push_back(std::move(searches[q].result));
+    ++q;
+  }
   out.runs = runs;
   out.wall_s = elapsed_s(start);
   return out;

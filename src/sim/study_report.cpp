@@ -247,6 +247,9 @@ std::vector<TargetCheck> check_goodput_targets(const GoodputResult& result) {
   };
   ratio("goodput_no_forcing_vs_vllm_fcfs", PolicyKind::kVllmFcfs, 1.5);
   ratio("goodput_no_forcing_vs_vllm_fcfs_tuned", PolicyKind::kVllmFcfsTuned, 1.2);
+  if (result.find(PolicyKind::kVllmBest) != nullptr) {
+    ratio("goodput_no_forcing_vs_vllm_best", PolicyKind::kVllmBest, 1.0);
+  }
   return out;
 }
 
@@ -328,6 +331,15 @@ std::string ab_report_markdown(const std::vector<PolicyRuns>& runs, const Report
   return out;
 }
 
+namespace {
+ordered_json setting_json(const VllmSetting& v) {
+  return {{"label", v.label()},
+          {"max_num_batched_tokens", v.max_num_batched_tokens},
+          {"long_prefill_token_threshold", v.long_prefill_token_threshold},
+          {"scheduling_policy", v.priority ? "priority" : "fcfs"}};
+}
+}  // namespace
+
 std::string goodput_json(const GoodputResult& g, const ReportContext& context) {
   ordered_json j;
   j["schema_version"] = 1;
@@ -364,14 +376,28 @@ std::string goodput_json(const GoodputResult& g, const ReportContext& context) {
       }
     }
     e["points"] = points;
+    if (p.policy == PolicyKind::kVllmBest && g.vllm_best) e["setting"] = setting_json(g.vllm_best->best());
     policies[std::string(to_string(p.policy))] = e;
   }
   j["policies"] = policies;
+  if (g.vllm_best) {
+    ordered_json sweep = ordered_json::array();
+    for (const VllmBestSweep::Entry& entry : g.vllm_best->settings) {
+      ordered_json e = setting_json(entry.setting);
+      e["goodput_rps"] = finite(entry.goodput.goodput_rps.mean);
+      e["per_seed"] = entry.goodput.goodput_rps.per_seed;
+      e["at_least"] = entry.goodput.at_least;
+      sweep.push_back(e);
+    }
+    j["vllm_best"] = {{"winner", setting_json(g.vllm_best->best())},
+                      {"rule", "the setting with the highest mean goodput over the seeds"},
+                      {"settings", sweep}};
+  }
   ordered_json ratios;
   for (PolicyKind cand : {PolicyKind::kMeridian, PolicyKind::kMeridianNoForcing}) {
     ordered_json per;
     for (PolicyKind base : {PolicyKind::kVllmFcfs, PolicyKind::kVllmFcfsTuned, PolicyKind::kVllmPriority,
-                            PolicyKind::kStaticBudget}) {
+                            PolicyKind::kStaticBudget, PolicyKind::kVllmBest}) {
       if (const auto r = g.ratio(cand, base)) per[std::string(to_string(base))] = stat_json(*r);
     }
     if (!per.empty()) ratios[std::string(to_string(cand))] = per;
@@ -392,8 +418,14 @@ std::string goodput_markdown(const GoodputResult& g) {
       g.slo.attainment_pct, slo_text(g.slo), g.base_rate, 100 * g.search.rel_tolerance, g.seeds.size(),
       seeds_text(g.seeds), g.runs, g.wall_s);
   const bool tuned = g.find(PolicyKind::kVllmFcfsTuned) != nullptr;
+  const bool best = g.find(PolicyKind::kVllmBest) != nullptr;
   out += "| policy | goodput (conv/s) | per seed | × vllm-fcfs |";
-  out += tuned ? " × vllm-fcfs-tuned |\n|---|---:|---|---:|---:|\n" : "\n|---|---:|---|---:|\n";
+  if (tuned) out += " × vllm-fcfs-tuned |";
+  if (best) out += " × vllm-best |";
+  out += "\n|---|---:|---|---:|";
+  if (tuned) out += "---:|";
+  if (best) out += "---:|";
+  out += "\n";
   auto ratio_cell = [&](PolicyKind cand, PolicyKind base) -> std::string {
     const auto r = g.ratio(cand, base);
     if (!r) return "n/a";
@@ -414,7 +446,22 @@ std::string goodput_markdown(const GoodputResult& g) {
     out += fmt::format("| {} | {} | {} | {} |", to_string(p.policy), mean, per,
                        ratio_cell(p.policy, PolicyKind::kVllmFcfs));
     if (tuned) out += fmt::format(" {} |", ratio_cell(p.policy, PolicyKind::kVllmFcfsTuned));
+    if (best) out += fmt::format(" {} |", ratio_cell(p.policy, PolicyKind::kVllmBest));
     out += "\n";
+  }
+  if (g.vllm_best) {
+    out += fmt::format(
+        "\nvllm-best is vLLM at `{}`: the highest mean goodput of {} settings "
+        "(max_num_batched_tokens x long_prefill_token_threshold x fcfs/priority):\n\n",
+        g.vllm_best->best().label(), g.vllm_best->settings.size());
+    out +=
+        "| max_num_batched_tokens | long_prefill_token_threshold | policy | goodput (conv/s) |\n"
+        "|---:|---:|---|---:|\n";
+    for (const VllmBestSweep::Entry& e : g.vllm_best->settings) {
+      out += fmt::format("| {} | {} | {} | {:.3g}{} |\n", e.setting.max_num_batched_tokens,
+                         e.setting.long_prefill_token_threshold, e.setting.priority ? "priority" : "fcfs",
+                         e.goodput.goodput_rps.mean, e.setting == g.vllm_best->best() ? " (best)" : "");
+    }
   }
   out += "\n| target | goal | measured [95% interval] | met |\n|---|---|---:|---|\n";
   for (const TargetCheck& t : check_goodput_targets(g)) out += target_row(t);

@@ -1,14 +1,17 @@
 // A model of vLLM v1's scheduler (vllm/v1/core/sched/scheduler.py), the
 // baselines of the A/B replay:
 //  * running requests first, in list order; each gets min(remaining, budget)
-//    tokens (chunked prefill, long_prefill_token_threshold off);
+//    tokens (chunked prefill), a chunk cut to long_prefill_token_threshold
+//    when that is set and more than one request is running or waiting;
 //  * when a request's KV allocation fails, preempt by recompute: the tail of
 //    the running list (fcfs) or the max (priority, arrival) request (priority),
 //    freeing its blocks (hashed blocks stay cached) and putting it back at the
 //    front of the waiting queue with nothing computed; stop if it was itself;
 //  * then, only if nothing was preempted this step, admit waiting requests in
 //    queue order (fcfs: FIFO, priority: (priority, arrival)) while the budget,
-//    max_num_seqs and KV allow; a request that does not fit blocks the queue;
+//    max_num_seqs and KV allow (with scheduler_reserve_full_isl, KV for the
+//    whole sequence, not just the first chunk); a request that does not fit
+//    blocks the queue;
 //  * a request that has grown past the whole KV pool is aborted (vLLM caps a
 //    request at max_model_len, which its KV must hold; without the cap it
 //    would preempt itself and recompute forever).
@@ -63,10 +66,12 @@ class VllmPolicy final : public SchedulingPolicy {
     step_.aborted.clear();
     std::uint32_t budget = opt_.max_num_batched_tokens;
     bool preempted_any = false;
+    // vLLM lifts the cap when a single request is eligible: nobody to starve.
+    chunk_cap_ = running_.size() + waiting_size() > 1 ? opt_.long_prefill_token_threshold : 0;
     for (std::size_t i = 0; i < running_.size() && budget > 0;) {
       const RequestId id = running_[i];
       Req& r = reqs_[id];
-      const std::uint32_t n = std::min(r.tokens() - r.computed, budget);
+      const std::uint32_t n = std::min(capped(r.tokens() - r.computed), budget);
       if (pool_.blocks_for(std::uint64_t{r.computed} + n) > total_blocks_) {
         abort(id, i);  // the engine releases its KV
         continue;
@@ -99,7 +104,7 @@ class VllmPolicy final : public SchedulingPolicy {
     for (RequestId id : running_) {
       (reqs_[id].phase == Phase::kOutputDecode ? step_.output_queue : step_.think_queue) += 1;
     }
-    step_.waiting = static_cast<std::uint32_t>(opt_.priority ? waiting_prio_.size() : waiting_fifo_.size());
+    step_.waiting = static_cast<std::uint32_t>(waiting_size());
     return step_;
   }
 
@@ -128,6 +133,12 @@ class VllmPolicy final : public SchedulingPolicy {
   using PrioKey = std::tuple<std::int32_t, std::int64_t, RequestId>;
 
   [[nodiscard]] PrioKey key(RequestId id) const { return {reqs_[id].priority, reqs_[id].arrival_ns, id}; }
+  [[nodiscard]] std::size_t waiting_size() const {
+    return opt_.priority ? waiting_prio_.size() : waiting_fifo_.size();
+  }
+  [[nodiscard]] std::uint32_t capped(std::uint32_t tokens) const {
+    return chunk_cap_ > 0 && tokens > chunk_cap_ ? chunk_cap_ : tokens;
+  }
 
   void enqueue(RequestId id, bool front) {
     if (opt_.priority) {
@@ -200,9 +211,13 @@ class VllmPolicy final : public SchedulingPolicy {
       }
       Req& r = reqs_[id];
       r.computed = pool_.attach_prefix(id, r.tokens(), !r.admitted_once);
-      const std::uint32_t n = std::min(r.tokens() - r.computed, budget);
+      const std::uint32_t n = std::min(capped(r.tokens() - r.computed), budget);
       const std::uint32_t need = pool_.blocks_for(std::uint64_t{r.computed} + n) - pool_.held(id);
-      if (!pool_.allocate(id, BlockTier::kOutputCritical, need)) {
+      // The attached prefix blocks already left the allocatable count, as
+      // vLLM counts touched evictable hits against its free blocks.
+      const bool whole_fits = !opt_.reserve_full_isl || pool_.blocks_for(r.tokens()) - pool_.held(id) <=
+                                                            pool_.kv().usage().allocatable_blocks;
+      if (!whole_fits || !pool_.allocate(id, BlockTier::kOutputCritical, need)) {
         // Undo the lookup: the attached blocks go back to the cache.
         pool_.kv().release(id, ReleaseKind::kFinished);
         r.computed = 0;
@@ -229,6 +244,7 @@ class VllmPolicy final : public SchedulingPolicy {
   std::deque<RequestId> waiting_fifo_;
   std::set<PrioKey> waiting_prio_;
   EngineStep step_;
+  std::uint32_t chunk_cap_ = 0;  // this step's long_prefill_token_threshold (0: none)
 };
 
 }  // namespace

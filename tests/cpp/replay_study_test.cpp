@@ -3,12 +3,14 @@
 // curve, workload presets and the [slo] parameters.
 #include "meridian/replay_study.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "meridian/error.h"
 #include "meridian/replay.h"
 
 namespace meridian::sim {
@@ -244,6 +246,62 @@ TEST(Baselines, TunedVllmIsVllmFcfsWithTheSmallerTokenBudget) {
   fcfs.params.engine.max_num_batched_tokens = 8192;
   EXPECT_LT(run_replay(w, tuned).metric("output_itl_max_ms"),
             run_replay(w, fcfs).metric("output_itl_max_ms"));
+}
+
+TEST(VllmBest, TheGridIsTheOperatorsKnobsLessThresholdsThatCannotCut) {
+  const std::vector<VllmSetting> grid = vllm_best_settings();
+  EXPECT_EQ(grid.size(), 26U);  // 5 x 3 x 2, less (512, 1024) and (1024, 1024) under each policy
+  for (const VllmSetting& v : grid) {
+    EXPECT_TRUE(v.long_prefill_token_threshold < v.max_num_batched_tokens) << v.label();
+  }
+  EXPECT_EQ(grid.front().label(), "max_num_batched_tokens=512 long_prefill_token_threshold=0 fcfs");
+  EXPECT_EQ(grid.back().label(), "max_num_batched_tokens=8192 long_prefill_token_threshold=1024 priority");
+  EXPECT_EQ(grid.back().policy(), PolicyKind::kVllmPriority);
+  const ReplayParams applied = grid.front().apply(ReplayParams{});
+  EXPECT_EQ(applied.engine.max_num_batched_tokens, 512U);
+  EXPECT_EQ(applied.engine.long_prefill_token_threshold, 0U);
+}
+
+TEST(VllmBest, IsTheSettingWithTheHighestGoodputAndRunsAsIt) {
+  StudyOptions o;
+  o.seeds = {42};
+  o.params.workload = workload_preset("long-prompt");
+  o.params.workload.duration_s = 40;
+  const GoodputResult g = find_goodput({PolicyKind::kVllmFcfs, PolicyKind::kVllmBest}, o);
+  ASSERT_EQ(g.policies.size(), 2U);
+  ASSERT_TRUE(g.vllm_best.has_value());
+  const VllmBestSweep& sweep = *g.vllm_best;
+  ASSERT_EQ(sweep.settings.size(), vllm_best_settings().size());
+  const PolicyGoodput* best = g.find(PolicyKind::kVllmBest);
+  ASSERT_NE(best, nullptr);
+  double highest = 0;
+  for (const VllmBestSweep::Entry& e : sweep.settings) {
+    highest = std::max(highest, e.goodput.goodput_rps.mean);
+    // vLLM's default setting is in the grid: its search is vllm-fcfs's, point for point.
+    if (e.setting == VllmSetting{}) {
+      EXPECT_EQ(e.goodput.goodput_rps.per_seed, g.find(PolicyKind::kVllmFcfs)->goodput_rps.per_seed);
+    }
+  }
+  EXPECT_EQ(best->goodput_rps.mean, highest);
+  EXPECT_EQ(best->goodput_rps.mean, sweep.settings[sweep.winner].goodput.goodput_rps.mean);
+  EXPECT_GE(best->goodput_rps.mean, g.find(PolicyKind::kVllmFcfs)->goodput_rps.mean);
+  EXPECT_NE(goodput_json(g, {}).find("\"vllm_best\""), std::string::npos);
+  EXPECT_NE(goodput_markdown(g).find(sweep.best().label()), std::string::npos);
+
+  // vllm-best runs as its setting: the same run as that policy with those [engine] values.
+  EXPECT_THROW((void)run_seeds({PolicyKind::kVllmBest}, o), InvalidArgument);  // no setting yet
+  o.vllm_best = sweep.best();
+  o.params.workload.arrival_rate = best->goodput_rps.mean;
+  const auto runs = run_seeds({PolicyKind::kVllmBest}, o);
+  ASSERT_EQ(runs.size(), 1U);
+  EXPECT_EQ(runs[0].seeds[0].policy, PolicyKind::kVllmBest);
+  ReplayOptions direct;
+  direct.policy = sweep.best().policy();
+  direct.params = sweep.best().apply(o.params);
+  direct.seed = 42;
+  EXPECT_EQ(stable(runs[0].seeds[0]), stable(run_replay(generate_workload(o.params.workload, 42), direct)));
+  direct.policy = PolicyKind::kVllmBest;  // one run cannot pick a setting
+  EXPECT_THROW((void)run_replay(generate_workload(o.params.workload, 42), direct), InvalidArgument);
 }
 
 TEST(Pareto, StaticCurveIsInterpolatedBetweenBudgets) {

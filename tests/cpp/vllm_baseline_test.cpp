@@ -17,9 +17,20 @@ struct Row {
 class VllmTrace {
  public:
   VllmTrace(bool priority, std::uint32_t blocks, std::uint32_t block_tokens = 4, std::uint32_t budget = 64)
+      : VllmTrace(VllmPolicyOptions{priority, budget, 16}, blocks, block_tokens) {}
+  VllmTrace(const VllmPolicyOptions& o, std::uint32_t blocks, std::uint32_t block_tokens = 4)
       : kv_(options(blocks)),
         pool_(kv_, block_tokens, [](RequestId id, std::uint32_t index) { return id * 1000 + index; }),
-        policy_(make_vllm_policy({priority, budget, 16}, pool_)) {}
+        policy_(make_vllm_policy(o, pool_)) {}
+
+  // Each scheduled request's tokens in the next step.
+  std::vector<std::uint32_t> step_tokens() {
+    const EngineStep& s = policy_->plan(0);
+    std::vector<std::uint32_t> out;
+    for (const StepItem& w : s.items) out.push_back(w.tokens);
+    policy_->complete(1.0, 0);
+    return out;
+  }
 
   void add(RequestId id, std::uint32_t prompt, std::int32_t priority = 0) {
     policy_->add({id, Phase::kThinkDecode, prompt, 0, static_cast<std::int64_t>(id)}, priority);
@@ -113,6 +124,43 @@ TEST(VllmFcfsTrace, ChunksPrefillToTheTokenBudgetAndAdmitsInOrder) {
   // 6 tokens finish 1's prompt, 3 prefill 2, 1 token of budget is left over.
   EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1, 2}));
   EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1, 2}));  // both decode
+}
+
+TEST(VllmFcfsTrace, ReserveFullIslAdmitsOnlyWhenTheWholePromptFits) {
+  // 6 blocks of 4 tokens, a budget of 8 tokens. Request 1 holds one block; request 2's
+  // 24-token prompt needs 6 blocks, and its first 8-token chunk only 2.
+  for (const bool reserve : {true, false}) {
+    VllmPolicyOptions o{false, 8, 16};
+    o.reserve_full_isl = reserve;
+    VllmTrace t(o, 6);
+    t.add(1, 4);
+    EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));
+    t.add(2, 24);
+    // vLLM 0.32's scheduler_reserve_full_isl (on by default): 5 free blocks cannot hold the
+    // whole prompt, so 2 waits; without it, its first chunk is admitted.
+    EXPECT_EQ(t.step().scheduled, reserve ? (std::vector<RequestId>{1}) : (std::vector<RequestId>{1, 2}))
+        << "reserve_full_isl " << reserve;
+  }
+}
+
+TEST(VllmFcfsTrace, LongPrefillThresholdCutsChunksOnlyWhenOthersAreEligible) {
+  VllmPolicyOptions o{false, 64, 16};
+  o.long_prefill_token_threshold = 4;
+  {
+    VllmTrace t(o, 64);
+    t.add(1, 16);
+    EXPECT_EQ(t.step_tokens(), (std::vector<std::uint32_t>{16}));  // alone: nobody to starve, no cut
+  }
+  VllmTrace t(o, 64);
+  t.add(1, 16);
+  t.add(2, 16);
+  EXPECT_EQ(t.step_tokens(), (std::vector<std::uint32_t>{4, 4}));
+  EXPECT_EQ(t.step_tokens(), (std::vector<std::uint32_t>{4, 4}));
+  o.long_prefill_token_threshold = 0;
+  VllmTrace off(o, 64);
+  off.add(1, 16);
+  off.add(2, 16);
+  EXPECT_EQ(off.step_tokens(), (std::vector<std::uint32_t>{16, 16}));
 }
 
 }  // namespace
