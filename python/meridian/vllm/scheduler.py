@@ -109,8 +109,10 @@ class _Adapter:
         self.no_throttle: set[int] = set()
         self.in_core: set[int] = set()
         # Requests vLLM started (or restarted) prefilling; they join the C++
-        # scheduler with their first generated token.
-        self.pending: set[str] = set()
+        # scheduler with their first generated token, in the order vLLM scheduled
+        # them (a dict: a set's order of str ids would change with PYTHONHASHSEED,
+        # and with it the core's queues, from one process to the next).
+        self.pending: dict[str, None] = {}
         self.last_ordered: list[Request] = []
         # The running list as the last step left it, to skip rewriting an
         # unchanged order (rebuilding it touches every request object, which
@@ -176,7 +178,7 @@ class _Adapter:
         self.requests.pop(mid, None)
         self.phase.pop(mid, None)
         self.no_throttle.discard(mid)
-        self.pending.discard(request_id)
+        self.pending.pop(request_id, None)
         self.think_start.pop(mid, None)
         self.think_end.pop(mid, None)
         if mid in self.in_core:
@@ -304,10 +306,12 @@ class _Adapter:
         self.stats["steps"] += 1
         scheduled = out.num_scheduled_tokens
         for new in out.scheduled_new_reqs:
-            self.pending.add(new.req_id)
+            self.pending[new.req_id] = None
         resumed = getattr(out.scheduled_cached_reqs, "resumed_req_ids", None)
-        if resumed:
-            self.pending.update(resumed)
+        if resumed:  # a set: taken in the step's scheduling order
+            for rid in scheduled:
+                if rid in resumed:
+                    self.pending[rid] = None
         # What the plan ordered but vLLM did not schedule (budget, KV, limits)
         # made no progress. A str's hash is cached and vLLM's keys are the
         # requests' own id objects, so this is cheap.
@@ -361,13 +365,13 @@ class _Adapter:
                 mid = mid_of.get(rid)
                 r = reqs.get(mid) if mid is not None else None
                 if r is None:
-                    self.pending.discard(rid)
+                    del self.pending[rid]
                     continue
                 if r.status != _RUNNING:
                     continue
                 if r.is_prefill_chunk or r.num_computed_tokens < r.num_prompt_tokens:
                     continue
-                self.pending.discard(rid)
+                del self.pending[rid]
                 if mid not in self.in_core:
                     self._enter_core(mid, r)
         self.telemetry.events(events, self.core, self.step_start_ns)
