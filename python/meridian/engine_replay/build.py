@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,19 +36,35 @@ def prepare_process_env() -> None:
         os.environ.setdefault(key, value)
 
 
+# The Meridian configuration of the meridian-* arms unless $MERIDIAN_CONFIG names one: the
+# defaults (the simulator's meridian policies run them too), with no Prometheus port (every
+# worker process builds schedulers) and errors only in the log (docs/replay.md says what the
+# adapter's warnings in a replay mean).
+REPLAY_CONFIG = """[telemetry]
+prometheus_enabled = false
+[logging]
+level = "error"
+"""
+
+
 @contextlib.contextmanager
-def _preset_named(name: str) -> Iterator[None]:
-    """meridian.vllm.Scheduler picks its model preset from the reasoning parser; the replay serves
-    no tokenizer, so $MERIDIAN_MODEL names the preset whose ids tokens.py emits, for the
-    construction only (a value already set wins)."""
-    if os.environ.get("MERIDIAN_MODEL"):
-        yield
-        return
-    os.environ["MERIDIAN_MODEL"] = name
+def _env_for_construction(values: dict[str, str]) -> Iterator[None]:
+    """Sets each variable not already set for the scheduler's construction only, then restores."""
+    added = [k for k, v in values.items() if not os.environ.get(k)]
+    for k in added:
+        os.environ[k] = values[k]
     try:
         yield
     finally:
-        os.environ.pop("MERIDIAN_MODEL", None)
+        for k in added:
+            os.environ.pop(k, None)
+
+
+def _replay_config() -> str:
+    path = pathlib.Path(tempfile.gettempdir()) / f"meridian-engine-replay-{os.getpid()}.toml"
+    if not path.is_file():
+        path.write_text(REPLAY_CONFIG)
+    return str(path)
 
 
 def scheduler_class(name: str) -> Any:
@@ -86,7 +103,9 @@ def build_scheduler(cls: Any, params: Any, *, two_in_flight: bool, clock: SimClo
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=[
         KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1,
                                                       dtype=torch.float32))])
-    with _preset_named("qwen3"):
+    # meridian.vllm.Scheduler picks its model preset from the reasoning parser; the replay serves
+    # no tokenizer, so $MERIDIAN_MODEL names the preset whose ids tokens.py emits.
+    with _env_for_construction({"MERIDIAN_MODEL": "qwen3", "MERIDIAN_CONFIG": _replay_config()}):
         sched = cls(vllm_config=config, kv_cache_config=kv,
                     structured_output_manager=StructuredOutputManager(config), block_size=BLOCK, log_stats=False)
     adapter = getattr(sched, "meridian", None)

@@ -5,8 +5,9 @@ scheduler classes on the simulator's clock (docs/replay.md#engine-in-the-loop-re
                          [--duration-s S] [--rate R] [--arms A,B] [--config replay.toml] [--jobs N]
 
 Writes DIR/ab-report.{json,md} (every arm at --rate), with --goodput DIR/goodput.{json,md}
-(each arm's goodput per seed beside the simulator's), with --fidelity (implied by --goodput)
-DIR/fidelity.{json,md}. The same arguments give the same reports.
+(each arm's goodput per seed beside the simulator's model of it), with --fidelity
+DIR/fidelity.{json,md} (the simulator's error against each arm at 0.5x/0.9x/1.1x of the
+simulator's vllm-fcfs goodput). The same arguments give the same reports.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from meridian._meridian import sim
 
 from . import study
 from .build import prepare_process_env
-from .report import ab_report, fidelity_report, goodput_report, write_json_md
+from .report import ab_report, fidelity_report, goodput_report, variants, write_json_md
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -35,7 +36,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--duration-s", type=float, default=120.0, help="seconds of first-turn arrivals (default 120)")
     p.add_argument("--rate", type=float, help="conversations per second for ab-report (default: [workload])")
     p.add_argument("--arms", default=",".join(study.ARMS), help=f"comma-separated, of {', '.join(study.ARMS)}")
-    p.add_argument("--goodput", action="store_true", help="search each arm's goodput (implies --fidelity)")
+    p.add_argument("--goodput", action="store_true", help="search each arm's goodput, seeded from the simulator's")
     p.add_argument("--fidelity", action="store_true", help="the simulator against the engine at 0.5x/0.9x/1.1x")
     p.add_argument("--scheduler-cpu-ms", type=float, default=0.0,
                    help="CPU ms a lockstep arm adds to every step (default 0: the roofline's overhead_ms covers it)")
@@ -110,36 +111,32 @@ def main(argv: list[str] | None = None) -> int:
     rate = params.workload.arrival_rate
     print(f"engine-replay: {len(args.arm_list)} arms x {len(seeds)} seeds at {rate:g} conv/s, "
           f"{params.workload.kind}, {params.workload.duration_s:g} s of arrivals", file=sys.stderr)
-    tasks = [(study.Job(toml, arm, seed, args.scheduler_cpu_ms), rate) for arm in args.arm_list for seed in seeds]
-    results = study.pool_map(study._run_job, tasks, args.jobs)
-    runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in args.arm_list}
-    for (job, _), m in zip(tasks, results, strict=True):
-        runs[job.arm].append(m)
-    write_json_md(args.out_dir / "ab-report", *ab_report(runs, context, rate))
-    if args.goodput or args.fidelity:
-        sim_goodput = study.simulator_goodput(params, seeds)
+    fidelity = args.fidelity
+    sim_goodput: dict[str, list[float]] = {}
+    if args.goodput or fidelity:
+        sim_goodput = study.simulator_goodput(params, seeds, args.arm_list)
         context["simulator_goodput_rps"] = sim_goodput
-        base = sum(sim_goodput["vllm-fcfs"]) / len(seeds)
-        if args.goodput:
-            searches = study.pool_map(study._search_job, [
-                (study.Job(toml, arm, seed, args.scheduler_cpu_ms), base) for arm in args.arm_list
-                for seed in seeds], args.jobs)
-            write_json_md(args.out_dir / "goodput", *goodput_report(searches, sim_goodput, base, seeds, context))
-        fid_tasks = []
-        for seed, fcfs in zip(seeds, sim_goodput["vllm-fcfs"], strict=True):
-            for load in study.FIDELITY_LOADS:
-                for arm in args.arm_list:
-                    if arm != "meridian-async":
-                        fid_tasks.append((study.Job(toml, arm, seed, args.scheduler_cpu_ms), load * fcfs))
-        engine = study.pool_map(study._run_job, fid_tasks, args.jobs)
-        simulated = {}
-        for job, r in fid_tasks:
-            policy = study.SIM_POLICY[job.arm]
-            if (policy, job.seed, r) not in simulated:
-                simulated[(policy, job.seed, r)] = study.simulator_run(sim.parse_replay_params(toml), policy,
-                                                                       job.seed, r)
-        write_json_md(args.out_dir / "fidelity",
-                      *fidelity_report(fid_tasks, engine, simulated, sim_goodput, seeds, context))
+    # One worker per (arm, seed): its A/B run, fidelity runs and goodput search share full runs.
+    tasks = []
+    for arm in args.arm_list:
+        for i, seed in enumerate(seeds):
+            loads = tuple(load * sim_goodput["vllm-fcfs"][i] for load in study.FIDELITY_LOADS) if fidelity else ()
+            base = sim_goodput[study.sim_goodput_key(arm)][i] if args.goodput else None
+            tasks.append(study.ArmTask(study.Job(toml, arm, seed, args.scheduler_cpu_ms), rate, loads, base))
+    results = study.pool_map(study.arm_task, tasks, args.jobs)
+    runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in args.arm_list}
+    for task, r in zip(tasks, results, strict=True):
+        runs[task.job.arm].append(r["ab"])
+    write_json_md(args.out_dir / "ab-report", *ab_report(runs, context, rate))
+    goodput = None
+    if args.goodput:
+        goodput, md = goodput_report([r["search"] for r in results], sim_goodput, seeds, context)
+        write_json_md(args.out_dir / "goodput", goodput, md)
+    if fidelity:
+        engine = [(t.job.arm, t.job.seed, load, m) for t, r in zip(tasks, results, strict=True)
+                  for load, m in zip(study.FIDELITY_LOADS, r["fidelity"], strict=True)]
+        simulated = study.simulate_variants(params, engine, variants, args.jobs)
+        write_json_md(args.out_dir / "fidelity", *fidelity_report(engine, simulated, goodput, seeds, context))
     context["wall_s"] = time.perf_counter() - started
     print(f"engine-replay: reports in {args.out_dir} ({context['wall_s']:.0f} s)", file=sys.stderr)
     print((args.out_dir / "ab-report.md").read_text())

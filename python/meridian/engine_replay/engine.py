@@ -28,6 +28,7 @@ from typing import Any
 
 from meridian._meridian import sim
 
+from .build import MAX_MODEL_LEN
 from .tokens import END_THINK, TokenPlan
 
 _BLOCK = 16
@@ -70,7 +71,7 @@ class EngineRun:
     does not overlap with the GPU (0: the roofline's overhead_ms stands for it)."""
 
     def __init__(self, arm: Arm, scheduler: Any, params: Any, requests: list[Any], *, clock: Any,
-                 scheduler_cpu_ms: float = 0.0, stop_after_misses: int = 0) -> None:
+                 scheduler_cpu_ms: float = 0.0, stop_after_misses: int = 0, stop_after_met: int = 0) -> None:
         self.arm = arm
         self.sched = scheduler
         self.params = params
@@ -79,7 +80,11 @@ class EngineRun:
         self.requests = requests
         self.clock = clock
         self.scheduler_cpu_s = scheduler_cpu_ms / 1000.0 if not arm.two_in_flight else 0.0
+        # The goodput search needs only the verdict: a run stops once more requests missed their
+        # SLO than the target allows, or once enough met it that the rest cannot matter.
         self.stop_after_misses = stop_after_misses
+        self.stop_after_met = stop_after_met
+        self.met = 0
         self.live: dict[str, _Live] = {}
         self.by_id = {r.id: r for r in requests}
         self.children: dict[int, list[Any]] = {}
@@ -124,8 +129,11 @@ class EngineRun:
                 self.rejected += 1
                 self._missed()
                 continue
-            params = SamplingParams(max_tokens=plan.max_tokens, stop_token_ids=[plan.eos], ignore_eos=False,
-                                    temperature=0.0)
+            # EOS ends the request, as in serving (max_tokens is the room left, not the natural
+            # length): with two steps in flight vLLM then schedules it once more after its EOS.
+            room = MAX_MODEL_LEN - len(plan.prompt)
+            params = SamplingParams(max_tokens=max(plan.max_tokens, room), stop_token_ids=[plan.eos],
+                                    ignore_eos=False, temperature=0.0)
             req = Request(request_id=key, prompt_token_ids=plan.prompt, sampling_params=params, pooling_params=None,
                           arrival_time=at, block_hasher=self.block_hasher)
             self.sched.add_request(req)
@@ -138,7 +146,9 @@ class EngineRun:
         tl.finish_s = t
         tl.completed = tl.answer_tokens >= live.spec.answer_tokens
         self.last_finish = max(self.last_finish, t)
-        if not sim_meets(tl, self.slo):
+        if sim_meets(tl, self.slo):
+            self.met += 1
+        else:
             self._missed()
         for child in self.children.get(live.spec.id, ()):
             heapq.heappush(self.arrivals, (t + child.delay_s, child.id))
@@ -254,7 +264,8 @@ class EngineRun:
         while True:
             self.clock.now_s = now
             self._admit(now)
-            if self.stop_after_misses and self.misses > self.stop_after_misses:
+            if (self.stop_after_misses and self.misses > self.stop_after_misses) or \
+                    (self.stop_after_met and self.met >= self.stop_after_met):
                 stopped = True
                 break
             if now > max_t:

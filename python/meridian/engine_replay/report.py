@@ -79,8 +79,8 @@ def ab_report(runs: dict[str, list[dict[str, float]]], context: dict[str, Any], 
     return out, "\n".join(lines) + "\n"
 
 
-def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[float]], base: float,
-                   seeds: list[int], context: dict[str, Any]) -> tuple[dict, str]:
+def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[float]], seeds: list[int],
+                   context: dict[str, Any]) -> tuple[dict, str]:
     arms: dict[str, list[dict[str, Any]]] = {}
     for s in searches:
         arms.setdefault(s["arm"], []).append(s)
@@ -88,7 +88,7 @@ def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[f
         "schema_version": 1, "context": context, "slo": context["slo"],
         "attainment_target_pct": context["slo"]["attainment_pct"],
         "rate_unit": "new conversations per second (the --arrival-rate unit)", "seeds": seeds,
-        "search": {"base_rate": base, "base": "the simulator's vllm-fcfs goodput, mean over the seeds",
+        "search": {"base": "per seed, the simulator's goodput for the arm's model (simulator policy and stepping)",
                    "grid_factors": list(study.GRID), "rel_tolerance": study.TOLERANCE,
                    "runs": sum(s["runs"] for s in searches)},
         "policies": {}, "simulator": {}, "ratios": {}}
@@ -98,6 +98,8 @@ def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[f
         stat = _stat(values)
         out["policies"][arm] = {"goodput_rps": stat["mean"], "ci95": stat["ci95"], "per_seed": stat["per_seed"],
                                 "at_least": [s["at_least"] for s in per],
+                                "simulator_model": study.sim_goodput_key(arm),
+                                "base_rate": [s["base_rate"] for s in per],
                                 "points": [dict(p, seed=s["seed"]) for s in per for p in s["points"]],
                                 "schedule_wall_s": sum(s["schedule_wall_s"] for s in per),
                                 "driver_wall_s": sum(s["driver_wall_s"] for s in per)}
@@ -110,80 +112,147 @@ def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[f
             if arm != BASELINE:
                 out["ratios"][arm] = {BASELINE: _stat([c / b for c, b in zip(entry["per_seed"], base_vals, strict=True)
                                                        if b])}
-    sim_ratio = _stat([m / f for m, f in zip(sim_goodput["meridian-no-forcing"], sim_goodput["vllm-fcfs"],
-                                             strict=True) if f])
-    out["simulator"]["ratio_meridian_no_forcing_to_vllm_fcfs"] = sim_ratio
+    sim_ratios = {}
+    for suffix in ("", " (async)"):
+        if "vllm-fcfs" + suffix in sim_goodput:
+            sim_ratios[suffix] = _stat([m / f for m, f in zip(sim_goodput["meridian-no-forcing" + suffix],
+                                                              sim_goodput["vllm-fcfs" + suffix], strict=True) if f])
+    out["simulator"]["ratio_meridian_no_forcing_to_vllm_fcfs"] = sim_ratios.get("")
+    if " (async)" in sim_ratios:
+        out["simulator"]["ratio_meridian_no_forcing_to_vllm_fcfs_async"] = sim_ratios[" (async)"]
     lines = ["# Goodput: the real vLLM scheduler on the simulator's clock", "",
              f"Highest rate (new conversations/s) with >= {out['attainment_target_pct']:g}% of requests within "
              f"the SLO (TTFT {context['slo']['ttft_ms']:g} ms, answer TPOT {context['slo']['output_tpot_ms']:g} ms, "
              f"think TPOT {context['slo']['think_tpot_ms']:g} ms); {context['workload']}, seeds "
-             f"{', '.join(map(str, seeds))}.", "", "| measured by | policy / arm | goodput | per seed | ratio to "
-             f"{BASELINE} |", "|---|---|---:|---|---:|"]
+             f"{', '.join(map(str, seeds))}. Each engine arm beside the simulator's model of it.", "",
+             f"| engine arm (vLLM {context['vllm_version']}) | goodput | per seed | ratio to {BASELINE} "
+             "| simulator's model | its goodput | simulator ÷ engine |", "|---|---:|---|---:|---|---:|---:|"]
     for arm, e in out["policies"].items():
         ratio = out["ratios"].get(arm, {}).get(BASELINE)
         r = f"{ratio['mean']:.3f}" if ratio and ratio["mean"] is not None else "—"
-        lines.append(f"| engine (vLLM {context['vllm_version']}) | {arm} | {e['goodput_rps']:.3g} | "
-                     f"{', '.join(f'{v:.3g}' for v in e['per_seed'])} | {r} |")
-    for policy in ("vllm-fcfs", "meridian-no-forcing"):
-        e = out["simulator"][policy]
-        per_seed = ", ".join(f"{v:.3g}" for v in e["per_seed"])
-        ratio_text = "—" if policy == "vllm-fcfs" else "{:.3f} (to vllm-fcfs)".format(sim_ratio["mean"])
-        lines.append(f"| simulator | {policy} | {e['goodput_rps']:.3g} | {per_seed} | {ratio_text} |")
+        model = e["simulator_model"]
+        sim_e = out["simulator"].get(model)
+        sim_cell = f"{sim_e['goodput_rps']:.3g}" if sim_e else "—"
+        err = f"{sim_e['goodput_rps'] / e['goodput_rps']:.3f}" if sim_e and e["goodput_rps"] else "—"
+        lines.append(f"| {arm} | {e['goodput_rps']:.3g} | {', '.join(f'{v:.3g}' for v in e['per_seed'])} | {r} | "
+                     f"{model} | {sim_cell} | {err} |")
+    for suffix, st in sim_ratios.items():
+        if st["mean"] is not None:
+            lines.append(f"\nSimulator: meridian-no-forcing ÷ vllm-fcfs{suffix} = {st['mean']:.3f}.")
     return out, "\n".join(lines) + "\n"
 
 
-def fidelity_report(tasks: list[tuple[Any, float]], engine: list[dict[str, float]],
-                    simulated: dict[tuple[str, int, float], dict[str, float]], sim_goodput: dict[str, list[float]],
-                    seeds: list[int], context: dict[str, Any]) -> tuple[dict, str]:
-    rows: dict[tuple[str, float], dict[str, list[float | None]]] = {}
-    for (job, rate), m in zip(tasks, engine, strict=True):
-        fcfs = sim_goodput["vllm-fcfs"][seeds.index(job.seed)]
-        load = round(rate / fcfs, 3) if fcfs else 0.0
-        s = simulated[(study.SIM_POLICY[job.arm], job.seed, rate)]
-        entry = rows.setdefault((job.arm, load), {})
-        for label, key in study.FIDELITY_METRICS:
-            entry.setdefault(label, []).append(study.relative_error(s[key], m[key]))
-        entry.setdefault("SLO attainment (points)", []).append(s["slo_attainment_pct"] - m["slo_attainment_pct"])
-    out: dict[str, Any] = {"schema_version": 1, "context": context,
-                           "definition": "(simulator - engine) / engine per seed, mean over seeds; the engine is the "
-                                         "real vLLM scheduler on the same clock and trace",
-                           "pairs": {arm: study.SIM_POLICY[arm] for arm, _ in rows}, "loads": {}}
-    worst: dict[str, dict[str, float]] = {}
-    for (arm, load), entry in sorted(rows.items()):
-        cell = {}
-        for label, values in entry.items():
-            finite = [v for v in values if v is not None]
-            cell[label] = {"mean": sum(finite) / len(finite) if finite else None, "per_seed": values}
-            if finite and label != "SLO attainment (points)":
-                w = worst.setdefault(arm, {})
-                w[label] = max(w.get(label, 0.0), max(abs(v) for v in finite))
-        out["loads"].setdefault(f"{load:g}x", {})[arm] = cell
-    out["worst_error"] = worst
-    out["within_10pct"] = {arm: {k: v <= 0.10 for k, v in w.items()} for arm, w in worst.items()}
+VARIANT_CORRECTED = "corrected"
+VARIANT_BEFORE = "before (all corrections off)"
+
+
+def variants(arm: str) -> dict[str, tuple[str, ...]]:
+    """The simulator variants fidelity compares `arm` with: the corrected simulator, all corrections
+    off (the simulator before this study), and, for vLLM's own arms, each correction off alone."""
+    out = {VARIANT_CORRECTED: (), VARIANT_BEFORE: study.CORRECTIONS}
+    if arm.startswith("vllm"):
+        for c in study.CORRECTIONS:
+            if c != "async_scheduling" or study.sim_async(arm):
+                out[f"without {c}"] = (c,)
+    return out
+
+
+def _errors(sim_m: dict[str, float], eng_m: dict[str, float]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {label: study.relative_error(sim_m[key], eng_m[key])
+                                    for label, key in study.FIDELITY_METRICS}
+    out["SLO attainment (points)"] = sim_m["slo_attainment_pct"] - eng_m["slo_attainment_pct"]
+    return out
+
+
+def fidelity_report(engine: list[tuple[str, int, float, dict[str, float]]],
+                    simulated: dict[tuple[str, int, float, str], dict[str, float]],
+                    goodput: dict[str, Any] | None, seeds: list[int], context: dict[str, Any]) -> tuple[dict, str]:
+    """engine: (arm, seed, load, metrics) per run; simulated: (arm, seed, load, variant) -> the simulator's
+    metrics on the same trace; goodput: goodput.json's object, when the search ran."""
+    labels = [label for label, _ in study.FIDELITY_METRICS]
+    cells: dict[tuple[str, float, str], dict[str, list[float | None]]] = {}
+    for arm, seed, load, m in engine:
+        for variant in variants(arm):
+            errs = _errors(simulated[(arm, seed, load, variant)], m)
+            cell = cells.setdefault((arm, load, variant), {})
+            for label, v in errs.items():
+                cell.setdefault(label, []).append(v)
+    arms = list(dict.fromkeys(arm for arm, _, _, _ in engine))
+    out: dict[str, Any] = {
+        "schema_version": 2, "context": context,
+        "definition": "(simulator - engine) / engine per seed, mean over seeds; the engine is the real vLLM "
+                      "scheduler on the same clock and trace; SLO attainment as a difference in points",
+        "pairs": {arm: study.sim_goodput_key(arm) for arm in arms},
+        "corrections": {c: "an [engine] switch of the simulator, on by default" for c in study.CORRECTIONS},
+        "loads": {}, "worst_error": {}, "within_10pct": {}, "corrections_worst_error": {}}
+
+    def mean(values: list[float | None]) -> float | None:
+        finite = [v for v in values if v is not None]
+        return sum(finite) / len(finite) if finite else None
+
+    worst: dict[tuple[str, str], dict[str, float]] = {}
+    for (arm, load, variant), cell in sorted(cells.items()):
+        if variant == VARIANT_CORRECTED:
+            out["loads"].setdefault(f"{load:g}x", {})[arm] = {
+                label: {"mean": mean(values), "per_seed": values} for label, values in cell.items()}
+        w = worst.setdefault((arm, variant), {})
+        for label in labels:
+            finite = [abs(v) for v in cell[label] if v is not None]
+            if finite:
+                w[label] = max(w.get(label, 0.0), max(finite))
+    if goodput is not None:
+        for arm in arms:
+            e = goodput["policies"].get(arm)
+            model = goodput["simulator"].get(study.sim_goodput_key(arm))
+            if e and model:
+                errs = [study.relative_error(s, g) for s, g in zip(model["per_seed"], e["per_seed"], strict=True)]
+                finite = [abs(v) for v in errs if v is not None]
+                if finite:
+                    worst[(arm, VARIANT_CORRECTED)]["goodput"] = max(finite)
+                    out.setdefault("goodput_error", {})[arm] = {"per_seed": errs, "model": study.sim_goodput_key(arm)}
+    for arm in arms:
+        out["worst_error"][arm] = worst[(arm, VARIANT_CORRECTED)]
+        out["within_10pct"][arm] = {k: v <= 0.10 for k, v in worst[(arm, VARIANT_CORRECTED)].items()}
+        out["corrections_worst_error"][arm] = {variant: worst[(arm, variant)] for variant in variants(arm)}
+    quantities = labels + (["goodput"] if goodput is not None else [])
     lines = ["# Fidelity: the simulator against vLLM's own scheduler", "",
              "Relative error (simulator − engine) / engine on identical traces; loads are multiples of the "
-             "simulator's vllm-fcfs goodput. vllm-async and vllm-sync are compared with the simulator's vllm-fcfs, "
-             "meridian-sync with its meridian-no-forcing.", ""]
-    labels = [label for label, _ in study.FIDELITY_METRICS] + ["SLO attainment (points)"]
-    for load, arms in out["loads"].items():
-        lines += [f"## {load} load", "", "| quantity | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
+             "simulator's vllm-fcfs goodput. Each engine arm is compared with the simulator's model of it: "
+             + ", ".join(f"{a} with {m}" for a, m in out["pairs"].items()) + ".", ""]
+    lines += ["## Worst error over loads and seeds (the corrected simulator)", "",
+              "| quantity | " + " | ".join(f"{a} vs {out['pairs'][a]}" for a in arms) + " |",
+              "|---|" + "---:|" * len(arms)]
+    for label in quantities:
+        row = []
+        for arm in arms:
+            v = out["worst_error"][arm].get(label)
+            row.append("n/a" if v is None else f"{100 * v:.1f}%{'' if v <= 0.10 else ' (> 10 %)'}")
+        lines.append(f"| {label} | " + " | ".join(row) + " |")
+    lines += ["", "## Each correction: worst error before → after", "",
+              "Before: the simulator with the correction off (the others on); all: every correction off, the "
+              "simulator as it was before the engine replay.", ""]
+    for arm in arms:
+        vs = [v for v in variants(arm) if v != VARIANT_CORRECTED]
+        lines += [f"### {arm} vs {out['pairs'][arm]}", "", "| quantity | " + " | ".join(vs) + " | corrected |",
+                  "|---|" + "---:|" * (len(vs) + 1)]
+        per = out["corrections_worst_error"][arm]
         for label in labels:
-            cells = []
-            for arm in arms:
-                v = arms[arm][label]["mean"]
-                cells.append("n/a" if v is None else (f"{v:+.1f}" if label.startswith("SLO") else f"{100 * v:+.1f}%"))
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            row = [per[v].get(label) for v in vs + [VARIANT_CORRECTED]]
+            lines.append(f"| {label} | " + " | ".join("n/a" if v is None else f"{100 * v:.1f}%" for v in row) + " |")
         lines.append("")
-    pairs = list(worst)
-    lines += ["## Worst error over loads and seeds", "", "| quantity | " + " | ".join(
-        f"{arm} vs {study.SIM_POLICY[arm]}" for arm in pairs) + " |", "|---|" + "---:|" * len(pairs)]
-    for label, _ in study.FIDELITY_METRICS:
-        cells = []
-        for arm in pairs:
-            v = worst[arm].get(label)
-            cells.append("n/a" if v is None else f"{100 * v:.1f}%{'' if v <= 0.10 else ' (> 10 %)'}")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return out, "\n".join(lines) + "\n"
+    lines += ["## Per load (the corrected simulator)", ""]
+    all_labels = labels + ["SLO attainment (points)"]
+    for load, by_arm in out["loads"].items():
+        cols = list(by_arm)
+        lines += [f"### {load} load", "", "| quantity | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+        for label in all_labels:
+            row = []
+            for arm in cols:
+                v = by_arm[arm][label]["mean"]
+                row.append("n/a" if v is None else (f"{v:+.1f}" if label.startswith("SLO") else f"{100 * v:+.1f}%"))
+            lines.append(f"| {label} | " + " | ".join(row) + " |")
+        lines.append("")
+    return out, "\n".join(lines)
 
 
 def write_json_md(stem: pathlib.Path, obj: dict, md: str) -> None:

@@ -12,9 +12,10 @@ from typing import Any
 from meridian._meridian import sim
 
 ARMS = ("vllm-async", "vllm-sync", "meridian-async", "meridian-sync")
-# Goodput search: rates as multiples of the simulator's vllm-fcfs goodput (the
-# engine's goodput is near it), then bisection to the tolerance, as `meridian replay --goodput`.
-GRID = (0.5, 0.7, 0.85, 1.0, 1.15, 1.3, 1.5, 1.75, 2.0, 2.5)
+# Goodput search, seeded from the simulator: rates as multiples of the simulator's goodput for
+# the arm's model (SIM_POLICY and its stepping, per seed), scanned up to the first rate below the
+# target, then bisection to the tolerance, as `meridian replay --goodput` searches.
+GRID = (0.97, 1.0, 1.03, 1.1, 1.25, 1.5, 2.0, 3.0)
 TOLERANCE = 0.03
 FIDELITY_LOADS = (0.5, 0.9, 1.1)
 # What fidelity compares: (label, metric). tokens_per_step and goodput are derived.
@@ -23,10 +24,29 @@ FIDELITY_METRICS = (
     ("output TPOT P50", "output_tpot_p50_ms"), ("output TPOT P90", "output_tpot_p90_ms"),
     ("think TPOT P50", "think_tpot_p50_ms"), ("think TPOT P90", "think_tpot_p90_ms"),
     ("E2E P50", "e2e_p50_ms"), ("tokens per step", "tokens_per_step"), ("preemptions", "preemptions"),
+    ("prefix hit rate", "prefix_hit_rate"),
 )
-# The simulator's policy that models each arm.
+# The simulator's policy that models each arm, and whether it models two steps in flight.
 SIM_POLICY = {"vllm-async": "vllm-fcfs", "vllm-sync": "vllm-fcfs", "meridian-async": "meridian-no-forcing",
               "meridian-sync": "meridian-no-forcing"}
+# The simulator's corrections from the engine replay (docs/replay.md#fidelity): each an
+# [engine] switch, on by default; fidelity.json reports the error with each one off, and all off.
+CORRECTIONS = ("scheduler_reserve_full_isl", "kv_free_tail_first", "async_scheduling")
+
+
+def sim_async(arm: str) -> bool:
+    """Whether the simulator models `arm` with two steps in flight."""
+    return arm.endswith("async")
+
+
+def sim_params(params: Any, arm: str, off: tuple[str, ...] = ()) -> Any:
+    """A copy of `params` modelling `arm`: its stepping, with the corrections in `off` switched off."""
+    params = sim.parse_replay_params(params.to_toml(), "<engine-replay>")
+    e = params.engine
+    e.async_scheduling = sim_async(arm) and "async_scheduling" not in off
+    e.scheduler_reserve_full_isl = "scheduler_reserve_full_isl" not in off
+    e.kv_free_tail_first = "kv_free_tail_first" not in off
+    return params
 
 
 @dataclass(frozen=True)
@@ -43,7 +63,7 @@ def _params(job: Job) -> Any:
     return sim.parse_replay_params(job.params_toml, "<engine-replay>")
 
 
-def run_once(job: Job, rate: float, stop_after_misses: int = 0) -> dict[str, float]:
+def run_once(job: Job, rate: float, stop_after_misses: int = 0, stop_after_met: int = 0) -> dict[str, float]:
     """One engine run of job.arm on the seed's workload at `rate`: its metrics."""
     from .build import SimClock, build_scheduler, scheduler_class
     from .engine import Arm, EngineRun
@@ -57,7 +77,8 @@ def run_once(job: Job, rate: float, stop_after_misses: int = 0) -> dict[str, flo
     sched = build_scheduler(cls, params, two_in_flight=two, clock=clock)
     try:
         result = EngineRun(Arm(job.arm, cls, two), sched, params, requests, clock=clock,
-                           scheduler_cpu_ms=job.scheduler_cpu_ms, stop_after_misses=stop_after_misses).run()
+                           scheduler_cpu_ms=job.scheduler_cpu_ms, stop_after_misses=stop_after_misses,
+                           stop_after_met=stop_after_met).run()
     finally:
         sched.shutdown()
     m = dict(result.metrics)
@@ -68,25 +89,58 @@ def run_once(job: Job, rate: float, stop_after_misses: int = 0) -> dict[str, flo
     return m
 
 
-def search(job: Job, base_rate: float) -> dict[str, Any]:
-    """The goodput search of one arm on one seed (the simulator's search, on engine runs)."""
+def search(job: Job, base_rate: float, done: dict[float, dict[str, float]] | None = None) -> dict[str, Any]:
+    """The goodput search of one arm on one seed (the simulator's search, on engine runs). `done`
+    holds full runs already made at some rates (the fidelity loads): a search point at one of
+    those rates reads it instead of running again."""
     params = _params(job)
     target = params.slo.attainment_pct
     runs: list[dict[str, float]] = []
+    done = done or {}
 
     def attainment(rate: float, for_plot: bool) -> tuple[float, float, float, bool]:
-        n = len(_workload_at(params, rate, job.seed))
-        allowed = 0 if for_plot else int(math.floor(n * (1 - target / 100.0)))
-        m = run_once(job, rate, stop_after_misses=allowed)
-        runs.append(m)
+        m = done.get(rate)
+        if m is None:
+            # Stop once the verdict is decided: more than the allowed share already missed (below
+            # the target), or enough met the SLO that the rest cannot bring it under (at or above).
+            n = len(_workload_at(params, rate, job.seed))
+            m = run_once(job, rate, stop_after_misses=int(math.floor(n * (1 - target / 100.0))),
+                         stop_after_met=int(math.ceil(n * target / 100.0)))
+            runs.append(m)
         return m["slo_attainment_pct"], m["slo_attainment_chat_pct"], m["slo_attainment_reasoning_pct"], \
             bool(m["stopped_early"])
 
-    rate, at_least, points = sim.search_goodput(attainment, base_rate, target, list(GRID), TOLERANCE, 50.0)
-    return {"arm": job.arm, "seed": job.seed, "goodput_rps": rate, "at_least": at_least,
+    # Scan points run only down to the target (plot floor = target): the search, not a plot.
+    rate, at_least, points = sim.search_goodput(attainment, base_rate, target, list(GRID), TOLERANCE, target)
+    return {"arm": job.arm, "seed": job.seed, "goodput_rps": rate, "at_least": at_least, "base_rate": base_rate,
             "points": [{"rate": r, "attainment_pct": a, "stopped_early": s, "scan": g} for r, a, s, g in points],
             "schedule_wall_s": sum(m["schedule_wall_s"] for m in runs),
             "driver_wall_s": sum(m["driver_wall_s"] for m in runs), "runs": len(runs)}
+
+
+@dataclass(frozen=True)
+class ArmTask:
+    """Everything one (arm, seed) worker does, so that its runs can share: the A/B run at `ab_rate`
+    (None: none), full runs at the fidelity rates, and the goodput search from `search_base`."""
+
+    job: Job
+    ab_rate: float | None
+    fidelity_rates: tuple[float, ...]
+    search_base: float | None
+
+
+def arm_task(task: ArmTask) -> dict[str, Any]:
+    done: dict[float, dict[str, float]] = {}
+
+    def full(rate: float) -> dict[str, float]:
+        if rate not in done:
+            done[rate] = run_once(task.job, rate)
+        return done[rate]
+
+    out: dict[str, Any] = {"ab": full(task.ab_rate) if task.ab_rate is not None else None,
+                           "fidelity": [full(r) for r in task.fidelity_rates]}
+    out["search"] = search(task.job, task.search_base, done) if task.search_base is not None else None
+    return out
 
 
 def _workload_at(params: Any, rate: float, seed: int) -> list[Any]:
@@ -117,8 +171,23 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
-def simulator_goodput(params: Any, seeds: list[int]) -> dict[str, list[float]]:
-    return dict(sim.find_goodput(params, ["vllm-fcfs", "meridian-no-forcing"], seeds))
+def simulator_goodput(params: Any, seeds: list[int], arms: list[str]) -> dict[str, list[float]]:
+    """The simulator's goodput per seed for each arm's model (SIM_POLICY, stepped as the arm is),
+    and for vllm-fcfs and meridian-no-forcing lockstep (the replay's numbers of record)."""
+    out: dict[str, list[float]] = {}
+    for two in (False, True):
+        if two and not any(sim_async(a) for a in arms):
+            continue
+        p = sim_params(params, "async" if two else "sync")
+        goodput, _ = sim.find_goodput(p, ["vllm-fcfs", "meridian-no-forcing"], seeds)
+        for policy, values in goodput:
+            out[policy + (" (async)" if two else "")] = values
+    return out
+
+
+def sim_goodput_key(arm: str) -> str:
+    """The simulator_goodput() entry that models `arm`."""
+    return SIM_POLICY[arm] + (" (async)" if sim_async(arm) else "")
 
 
 def simulator_run(params: Any, policy: str, seed: int, rate: float) -> dict[str, float]:
@@ -133,3 +202,26 @@ def relative_error(simulated: float, engine: float) -> float | None:
     if engine == 0:
         return 0.0 if simulated == 0 else None
     return (simulated - engine) / abs(engine)
+
+
+def simulate_variants(params: Any, engine: list[tuple[str, int, float, Any]], variants: Any,
+                      jobs: int) -> dict[tuple[str, int, float, str], dict[str, float]]:
+    """The simulator's run for every (arm, seed, load) of `engine` and every variant of the arm
+    (variants(arm): name -> corrections off), each distinct model run once, `jobs` at a time
+    (the simulator releases the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    models = {}
+    keys: dict[tuple[str, int, float, str], tuple] = {}
+    for arm, seed, load, m in engine:
+        for name, off in variants(arm).items():
+            p = sim_params(params, arm, off)
+            e = p.engine
+            keys[(arm, seed, load, name)] = (SIM_POLICY[arm], seed, m["rate"], e.async_scheduling,
+                                             e.scheduler_reserve_full_isl, e.kv_free_tail_first)
+            models[keys[(arm, seed, load, name)]] = p
+    distinct = list(models)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        runs = list(ex.map(lambda k: simulator_run(models[k], k[0], k[1], k[2]), distinct))
+    by_key = dict(zip(distinct, runs, strict=True))
+    return {k: by_key[v] for k, v in keys.items()}

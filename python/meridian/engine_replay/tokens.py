@@ -18,20 +18,14 @@ THINK = 151667  # <think>
 END_THINK = 151668  # </think>
 EOS = 151645  # <|im_end|>
 _ORDINARY = 140000  # ids 1000 .. 140999: ordinary tokens, below every special id (151643+)
-_MASK = (1 << 64) - 1
-
-
-def _mix(x: int) -> int:
-    """splitmix64's finaliser: a well-spread 64-bit function of x."""
-    x = (x + 0x9E3779B97F4A7C15) & _MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
-    return x ^ (x >> 31)
 
 
 def ordinary(stream: int, key: int, index: int) -> int:
-    """An ordinary token id, a pure function of (stream, key, index)."""
-    return 1000 + _mix(_mix(stream * 0x100000001B3 + key) ^ index) % _ORDINARY
+    """An ordinary token id, a pure function of (stream, key, index).
+
+    CPython's hash of a tuple of ints: deterministic (PYTHONHASHSEED randomises only str and
+    bytes), well spread, and one C call per token, so the driver stays cheap beside vLLM."""
+    return 1000 + hash((stream, key, index)) % _ORDINARY
 
 
 _TRANSCRIPT, _PRIVATE, _THINKING = 1, 2, 3
