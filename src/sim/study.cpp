@@ -341,6 +341,8 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
     q.result.points.resize(seeds);
   }
   std::vector<std::vector<double>> goodput(searches.size(), std::vector<double>(seeds, 0));
+  // Not vector<bool>: workers write neighbouring seeds at once, and its bits share words.
+  std::vector<std::vector<char>> at_least(searches.size(), std::vector<char>(seeds, 0));
   std::atomic<std::uint64_t> runs{0};
   // Progress counts (search, seed) pairs.
   Progress progress(o.progress, searches.size() * seeds);
@@ -363,13 +365,16 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
       return AttainmentPoint{rate, r.metric("slo_attainment_pct"), r.metric("slo_attainment_chat_pct"),
                              r.metric("slo_attainment_reasoning_pct"), r.stopped_early};
     };
-    bool at_least = false;
+    bool reached = false;
     goodput[i / seeds][s] =
-        search_goodput(attainment, out.base_rate, target, q.options, q.result.points[s], &at_least);
-    q.result.at_least[s] = at_least;
+        search_goodput(attainment, out.base_rate, target, q.options, q.result.points[s], &reached);
+    at_least[i / seeds][s] = reached ? 1 : 0;
     progress.tick();
   });
-  for (std::size_t q = 0; q < searches.size(); ++q) searches[q].result.goodput_rps = seed_stat(goodput[q]);
+  for (std::size_t q = 0; q < searches.size(); ++q) {
+    searches[q].result.goodput_rps = seed_stat(goodput[q]);
+    for (std::size_t s = 0; s < seeds; ++s) searches[q].result.at_least[s] = at_least[q][s] != 0;
+  }
   if (sweep) {
     VllmBestSweep best;
     for (std::size_t k = 0; k < settings.size(); ++k) {
