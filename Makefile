@@ -2,7 +2,7 @@
 #   make demo   installs what the demo needs, builds, runs the A/B replay
 #   make test   installs everything, builds, runs every test (timed per stage)
 #   make check  the contributor's inner loop: build, ctest, pytest without real engines, format
-# Other targets: setup, build, bench, engine-replay, soak, fuzz, docs-check, format, lint, clean.
+# Other targets: setup, build, bench, engine-replay, engine-replay-fidelity, soak, fuzz, docs-check, format, lint, clean.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,7 +18,7 @@ SOURCES := $(shell git ls-files '*.cpp' '*.h' '*.cu' 2>/dev/null || find include
 TIDY_SOURCES := $(shell git ls-files 'src/*.cpp' 'apps/*.cpp' 'kernels/*.cpp' 2>/dev/null)
 
 .PHONY: all setup build test check test-cpp test-sanitizers test-asan test-tsan test-python test-package test-install \
-	test-vllm-compat lint format format-check bench demo engine-replay clean
+	test-vllm-compat lint format format-check bench demo engine-replay engine-replay-fidelity clean
 
 all: build
 
@@ -151,10 +151,15 @@ bench: setup
 	@$(PYTHON) benchmarks/fabric_loopback_bench.py --out bench-out/fabric-loopback.json >/dev/null
 
 # The engine-in-the-loop study (docs/replay.md#engine-in-the-loop-replay): vLLM's own scheduler
-# classes on the simulator's clock, workload mixed, 2 seeds, 120 s of arrivals, goodput and fidelity.
+# classes on the simulator's clock, workload mixed, 2 seeds, 120 s of arrivals plus drain, each
+# arm's goodput searched from the simulator's. engine-replay-fidelity: the simulator's error
+# against each arm at 0.5x/0.9x/1.1x of its vllm-fcfs goodput (full runs, 60 s of arrivals).
 ENGINE_REPLAY_ARGS ?= --goodput --workload mixed --seeds 2 --duration-s 120
+ENGINE_FIDELITY_ARGS ?= --fidelity --workload mixed --seeds 2 --duration-s 60
 engine-replay: test-package
 	@$(VENV)/bin/meridian engine-replay $(ENGINE_REPLAY_ARGS) --out-dir bench-out/engine-replay
+engine-replay-fidelity: test-package
+	@$(VENV)/bin/meridian engine-replay $(ENGINE_FIDELITY_ARGS) --out-dir bench-out/engine-replay-fidelity
 
 # Only what the demo needs: the CLI and its libraries (no test or lint tools), then the
 # replay on the default workload over five seeds: each policy's goodput, the A/B table at the

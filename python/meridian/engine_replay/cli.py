@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         context["simulator_goodput_rps"] = sim_goodput
     # One worker per (arm, seed): its A/B run, fidelity runs and goodput search share full runs.
     tasks = []
-    for arm in args.arm_list:
+    # The meridian arms first: their searches reach the highest rates, so the longest jobs start
+    # at once and the others fill the workers around them.
+    for arm in sorted(args.arm_list, key=lambda a: not a.startswith("meridian")):
         for i, seed in enumerate(seeds):
             loads = tuple(load * sim_goodput["vllm-fcfs"][i] for load in study.FIDELITY_LOADS) if fidelity else ()
             base = sim_goodput[study.sim_goodput_key(arm)][i] if args.goodput else None
