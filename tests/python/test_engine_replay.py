@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("vllm")
 
 from meridian._meridian import sim  # noqa: E402
+from meridian.engine_replay import study  # noqa: E402
 from meridian.engine_replay.build import SimClock, build_scheduler, scheduler_class  # noqa: E402
 from meridian.engine_replay.engine import Arm, EngineRun  # noqa: E402
 from meridian.engine_replay.tokens import END_THINK, EOS, THINK, TokenPlan  # noqa: E402
@@ -141,6 +142,21 @@ def test_prefix_hits_and_lockstep_timing_match_the_simulator_on_a_follow_up_trac
         assert engine[key] == pytest.approx(simulated[key], rel=0.10), key
 
 
+def test_the_simulators_async_model_matches_vllms_two_in_flight_stepping():
+    """The engine replay's first correction: vLLM's AsyncScheduler, two steps in flight, against
+    the simulator's vllm-fcfs with [engine] async_scheduling, and without it (the simulator before)."""
+    p = params(duration_s=30)
+    result, _, _ = run("vllm-async", p, seed=9)
+    engine = result.metrics
+    corrected = dict(sim.run_replay(study.sim_params(p, "vllm-async"), "vllm-fcfs", 9))
+    before = dict(sim.run_replay(study.sim_params(p, "vllm-async", study.CORRECTIONS), "vllm-fcfs", 9))
+    for key in ("ttft_p50_ms", "ttft_p90_ms", "output_tpot_p50_ms", "think_tpot_p50_ms", "e2e_p50_ms"):
+        assert corrected[key] == pytest.approx(engine[key], rel=0.05), key
+    # Lockstep, the simulator misses the step a new request waits with two in flight.
+    assert before["ttft_p50_ms"] < 0.85 * engine["ttft_p50_ms"]
+    assert corrected["simulated_tokens"] == pytest.approx(engine["simulated_tokens"], rel=0.01)
+
+
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "meridian.engine_replay", *args], capture_output=True, text=True,
                           timeout=timeout, check=False)
@@ -175,6 +191,59 @@ def test_cli_smoke_is_deterministic_and_in_the_replays_schema(tmp_path):
     a["context"].pop("command"), b["context"].pop("command")
     assert strip_wall(a) == strip_wall(b)  # same seed, same report
     assert "| slo_attainment_pct |" in first.stdout
+
+
+# Short single-turn requests: a goodput search and the fidelity loads in seconds.
+SHORT = """
+[workload]
+kind = "mixed"
+mean_turns = 1
+[workload.think]
+median = 120
+max = 300
+min = 16
+[workload.answer]
+median = 30
+max = 60
+min = 4
+[workload.chat_output]
+median = 30
+max = 60
+min = 4
+"""
+
+
+def test_goodput_and_fidelity_reports(tmp_path):
+    config = tmp_path / "replay.toml"
+    config.write_text(SHORT)
+    out = tmp_path / "out"
+    r = cli("--out-dir", str(out), "--config", str(config), "--duration-s", "4", "--seeds", "1",
+            "--arms", "vllm-async,vllm-sync", "--jobs", "1", "--goodput", "--fidelity")
+    assert r.returncode == 0, r.stderr[-3000:]
+    goodput = json.loads((out / "goodput.json").read_text())
+    simulator = goodput["simulator"]
+    assert {"vllm-fcfs", "vllm-fcfs (async)", "meridian-no-forcing"} <= set(simulator)
+    for arm, model in (("vllm-async", "vllm-fcfs (async)"), ("vllm-sync", "vllm-fcfs")):
+        entry = goodput["policies"][arm]
+        assert entry["goodput_rps"] > 0 and entry["simulator_model"] == model
+        assert entry["base_rate"] == simulator[model]["per_seed"]  # the search starts at the simulator's
+        assert all(p["rate"] > 0 for p in entry["points"])
+    assert "simulator ÷ engine" in (out / "goodput.md").read_text()
+    fidelity = json.loads((out / "fidelity.json").read_text())
+    assert set(fidelity["loads"]) == {"0.5x", "0.9x", "1.1x"}
+    labels = {label for label, _ in study.FIDELITY_METRICS}
+    for arm in ("vllm-async", "vllm-sync"):
+        assert labels | {"goodput"} <= set(fidelity["worst_error"][arm]), arm
+        assert set(fidelity["within_10pct"][arm]) == set(fidelity["worst_error"][arm])
+    variants = fidelity["corrections_worst_error"]
+    assert set(variants["vllm-async"]) == {"corrected", "before (all corrections off)",
+                                           "without scheduler_reserve_full_isl", "without kv_free_tail_first",
+                                           "without async_scheduling"}
+    assert "without async_scheduling" not in variants["vllm-sync"]  # lockstep has nothing to correct there
+    # The async correction is what brings vllm-async's TTFT in.
+    assert variants["vllm-async"]["corrected"]["TTFT P50"] < variants["vllm-async"]["without async_scheduling"]["TTFT P50"]
+    md = (out / "fidelity.md").read_text()
+    assert "## Each correction: worst error before → after" in md and "vllm-async vs vllm-fcfs (async)" in md
 
 
 @pytest.mark.parametrize(("args", "message"), [

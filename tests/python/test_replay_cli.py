@@ -131,6 +131,36 @@ def test_goodput_and_pareto_reports_and_plots(meridian_bin, tmp_path):
         assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
+def test_vllm_best_is_the_best_of_the_settings_and_runs_at_its_setting(meridian_bin, tmp_path):
+    result = replay(meridian_bin, tmp_path, "--goodput", "--seeds", "1", "--workload", "long-prompt",
+                    "--policies", "vllm-fcfs,vllm-best,meridian-no-forcing")
+    assert result.returncode == 0, result.stderr
+    goodput = json.loads((tmp_path / "goodput.json").read_text())
+    sweep = goodput["vllm_best"]
+    assert len(sweep["settings"]) == 26
+    best = max(sweep["settings"], key=lambda e: e["goodput_rps"])
+    assert goodput["policies"]["vllm-best"]["goodput_rps"] == best["goodput_rps"]
+    assert goodput["policies"]["vllm-best"]["setting"]["label"] == sweep["winner"]["label"]
+    assert goodput["policies"]["vllm-best"]["goodput_rps"] >= goodput["policies"]["vllm-fcfs"]["goodput_rps"]
+    assert "vllm-best" in goodput["ratios"]["meridian-no-forcing"]
+    assert any(t["name"] == "goodput_no_forcing_vs_vllm_best" for t in goodput["targets"])
+    assert sweep["winner"]["label"] in result.stdout  # the Markdown names the setting that won
+    ab = json.loads((tmp_path / "ab-report.json").read_text())
+    assert "vllm-best" in ab["runs"] and ab["context"]["vllm_best"] == sweep["winner"]["label"]
+    # Its setting comes from a goodput search: not from a trace, and searched first without --goodput.
+    result = replay(meridian_bin, tmp_path / "t", "--policies", "vllm-best", "--trace",
+                    REPO / "benchmarks" / "traces" / "example.jsonl")
+    assert result.returncode == 2 and "vllm-best" in result.stderr
+    result = replay(meridian_bin, tmp_path / "s", "--seeds", "1", "--policies", "vllm-fcfs,vllm-best")
+    assert result.returncode == 0, result.stderr
+    assert "vllm-best: max_num_batched_tokens=" in result.stdout
+    assert set(json.loads((tmp_path / "s" / "ab-report.json").read_text())["runs"]) == {"vllm-fcfs", "vllm-best"}
+    # 'all' without --goodput has no setting to run vllm-best at: it is left out.
+    result = replay(meridian_bin, tmp_path / "a", "--seeds", "1")
+    assert result.returncode == 0, result.stderr
+    assert "vllm-best" not in json.loads((tmp_path / "a" / "ab-report.json").read_text())["runs"]
+
+
 def test_workload_kinds(meridian_bin, tmp_path):
     for kind in ["long-think", "long-prompt", "seeds-mix"]:
         result = replay(meridian_bin, tmp_path / kind, "--workload", kind, "--seeds", "1",
