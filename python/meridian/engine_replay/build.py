@@ -111,9 +111,4 @@ def build_scheduler(cls: Any, params: Any, *, two_in_flight: bool, clock: SimClo
     adapter = getattr(sched, "meridian", None)
     if adapter is not None:
         adapter.clock_ns = clock.ns
-    # As EngineCore.__init__ does once its scheduler is built: the start-up heap (torch, vLLM's
-    # modules, this scheduler) is frozen, so the GC's oldest-generation passes skip it.
-    from vllm.utils.gc_utils import freeze_gc_heap
-
-    freeze_gc_heap()
     return sched
