@@ -185,8 +185,11 @@ class KvBlockManager {
   /// chain hash per full prompt block) to the request. Returns the number of
   /// leading blocks reused; the caller skips prefill for them.
   std::uint32_t attach_prefix(RequestId request, std::span<const std::uint64_t> hashes);
-  /// Read-only: how many leading blocks attach_prefix would reuse.
-  [[nodiscard]] std::uint32_t match_prefix(std::span<const std::uint64_t> hashes) const;
+  /// Read-only: how many leading blocks attach_prefix would reuse; with
+  /// `evictable`, also how many of those sit in the evictable cache (no live
+  /// owner), which attaching would take out of allocatable_blocks.
+  [[nodiscard]] std::uint32_t match_prefix(std::span<const std::uint64_t> hashes,
+                                           std::uint32_t* evictable = nullptr) const;
 
   /// ExitThink: the request's ThinkActive blocks become ThinkComplete, or are
   /// dropped under aggressive_think_eviction (ids returned). O(blocks of request).

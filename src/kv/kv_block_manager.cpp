@@ -267,9 +267,11 @@ AllocResult KvBlockManager::allocate(RequestId request, BlockTier tier, std::uin
   return result;
 }
 
-std::uint32_t KvBlockManager::match_prefix(std::span<const std::uint64_t> hashes) const {
+std::uint32_t KvBlockManager::match_prefix(std::span<const std::uint64_t> hashes,
+                                           std::uint32_t* evictable) const {
   const Impl& m = *impl_;
   std::uint32_t matched = 0;
+  if (evictable != nullptr) *evictable = 0;
   for (std::uint64_t h : hashes) {
     auto it = m.by_hash.find(h);
     if (it == m.by_hash.end()) break;
@@ -279,6 +281,7 @@ std::uint32_t KvBlockManager::match_prefix(std::span<const std::uint64_t> hashes
     // A block being offloaded is about to leave the pool; never share it.
     if (blk.pin != 0) break;
     ++matched;
+    if (evictable != nullptr && blk.refs == 0) ++*evictable;
   }
   return matched;
 }

@@ -13,6 +13,17 @@ bool KvPool::allocate(RequestId id, BlockTier tier, std::uint32_t count) {
   return kv_.allocate(id, tier, count, scratch_).ok();
 }
 
+KvPool::PrefixMatch KvPool::match_prefix(RequestId id, std::uint32_t tokens) {
+  PrefixMatch out;
+  if (tokens <= 1 || held(id) > 0) return out;
+  const std::uint32_t full = (tokens - 1) / block_tokens_;
+  scratch_.resize(full);
+  for (std::uint32_t i = 0; i < full; ++i) scratch_[i] = hash_(id, i);
+  out.blocks = full == 0 ? 0 : kv_.match_prefix(scratch_, &out.evictable);
+  out.tokens = out.blocks * block_tokens_;
+  return out;
+}
+
 std::uint32_t KvPool::attach_prefix(RequestId id, std::uint32_t tokens, bool first_admission) {
   if (tokens <= 1 || held(id) > 0) return 0;
   const std::uint32_t full = (tokens - 1) / block_tokens_;

@@ -23,6 +23,13 @@ class KvPool {
 
   /// Appends `count` blocks of `tier`; false (nothing changed) if they do not fit.
   bool allocate(RequestId id, BlockTier tier, std::uint32_t count);
+  /// What attach_prefix(id, tokens, ...) would attach, touching nothing.
+  struct PrefixMatch {
+    std::uint32_t tokens = 0;     ///< tokens covered
+    std::uint32_t blocks = 0;     ///< blocks matched
+    std::uint32_t evictable = 0;  ///< of those, blocks in the evictable cache
+  };
+  [[nodiscard]] PrefixMatch match_prefix(RequestId id, std::uint32_t tokens);
   /// Attaches cached blocks for the first `tokens - 1` tokens of the request
   /// (at least one token is always computed). Returns the tokens covered.
   /// `first_admission` counts the lookup in the prompt prefix-hit rate.

@@ -210,14 +210,22 @@ class VllmPolicy final : public SchedulingPolicy {
         id = waiting_fifo_.front();
       }
       Req& r = reqs_[id];
+      // As allocate_slots(): check first, touch nothing when it does not fit (a request that
+      // keeps failing at the queue head must not keep its cached prefix fresh in the LRU).
+      // Evictable hits count against the free blocks, as vLLM counts them.
+      const KvPool::PrefixMatch hit = pool_.match_prefix(id, r.tokens());
+      const std::uint32_t n = std::min(capped(r.tokens() - hit.tokens), budget);
+      const std::uint64_t free = pool_.kv().usage().allocatable_blocks;
+      const auto need_for = [&](std::uint64_t tokens) {
+        return std::uint64_t{pool_.blocks_for(tokens)} - hit.blocks + hit.evictable;
+      };
+      if ((opt_.reserve_full_isl && need_for(r.tokens()) > free) ||
+          need_for(std::uint64_t{hit.tokens} + n) > free) {
+        return;  // a request that does not fit blocks the queue
+      }
       r.computed = pool_.attach_prefix(id, r.tokens(), !r.admitted_once);
-      const std::uint32_t n = std::min(capped(r.tokens() - r.computed), budget);
       const std::uint32_t need = pool_.blocks_for(std::uint64_t{r.computed} + n) - pool_.held(id);
-      // The attached prefix blocks already left the allocatable count, as
-      // vLLM counts touched evictable hits against its free blocks.
-      const bool whole_fits = !opt_.reserve_full_isl || pool_.blocks_for(r.tokens()) - pool_.held(id) <=
-                                                            pool_.kv().usage().allocatable_blocks;
-      if (!whole_fits || !pool_.allocate(id, BlockTier::kOutputCritical, need)) {
+      if (!pool_.allocate(id, BlockTier::kOutputCritical, need)) {
         // Undo the lookup: the attached blocks go back to the cache.
         pool_.kv().release(id, ReleaseKind::kFinished);
         r.computed = 0;

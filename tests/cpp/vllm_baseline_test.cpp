@@ -46,6 +46,7 @@ class VllmTrace {
   }
 
   KvBlockManager& kv() { return kv_; }
+  KvPool& pool() { return pool_; }
   SchedulingPolicy& policy() { return *policy_; }
 
  private:
@@ -141,6 +142,24 @@ TEST(VllmFcfsTrace, ReserveFullIslAdmitsOnlyWhenTheWholePromptFits) {
     EXPECT_EQ(t.step().scheduled, reserve ? (std::vector<RequestId>{1}) : (std::vector<RequestId>{1, 2}))
         << "reserve_full_isl " << reserve;
   }
+}
+
+TEST(VllmFcfsTrace, AWaitingRequestThatDoesNotFitTouchesNothing) {
+  // As allocate_slots(): the check comes first. Request 2 waits at the head of the queue for
+  // steps; its failed admissions neither attach its prefix (which would refresh its cached
+  // blocks in the LRU) nor count as prefix lookups. 3 blocks of 4 tokens.
+  VllmTrace t(false, 3);
+  t.add(1, 8);  // 2 blocks
+  EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));
+  const std::uint64_t lookups = t.pool().prompt_lookup_blocks();
+  t.add(2, 9);  // 3 blocks: does not fit beside 1
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));
+  EXPECT_EQ(t.pool().prompt_lookup_blocks(), lookups);
+  EXPECT_FALSE(t.kv().holds_blocks(2));
+  t.policy().finish(1);
+  t.kv().release(1, ReleaseKind::kFinished);
+  EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{2}));
+  EXPECT_EQ(t.pool().prompt_lookup_blocks(), lookups + 2);  // counted once, when admitted
 }
 
 TEST(VllmFcfsTrace, LongPrefillThresholdCutsChunksOnlyWhenOthersAreEligible) {
