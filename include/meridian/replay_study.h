@@ -166,6 +166,14 @@ struct GoodputResult {
 [[nodiscard]] GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyOptions& options,
                                          const GoodputOptions& search = {});
 
+/// A search that starts where the answer is expected: `base_rate` is probed first, then the
+/// scan goes up from it (1.0x, 1.03x, 1.1x, 1.25x, ...) or, when it misses the target, down to
+/// the first factor that meets it (0.97x, 0.93x, ... 0.1x), and bisects that bracket as
+/// search_goodput() does. Each rate runs once. The vllm-best sweep seeds its settings with it.
+[[nodiscard]] double seeded_search(
+    const std::function<AttainmentPoint(double rate, bool for_plot)>& attainment, double base_rate,
+    double target_pct, const GoodputOptions& search, std::vector<AttainmentPoint>& points, bool* at_least);
+
 /// The bisection itself, on any attainment function (rate -> percent); exposed
 /// for tests. Returns the highest rate known to meet `target_pct`, and whether
 /// the grid never failed (`*at_least`). Every evaluation is appended to `points`.

@@ -281,6 +281,36 @@ ReplayParams VllmSetting::apply(ReplayParams params) const {
   return params;
 }
 
+double seeded_search(const std::function<AttainmentPoint(double, bool)>& attainment, double base_rate,
+                     double target_pct, const GoodputOptions& search, std::vector<AttainmentPoint>& points,
+                     bool* at_least) {
+  // Each rate runs once: the probes below are read again when the scan reaches them.
+  std::vector<AttainmentPoint> seen;
+  auto measure = [&](double rate, bool for_plot) {
+    for (const AttainmentPoint& p : seen) {
+      if (p.rate == rate) return p;
+    }
+    seen.push_back(attainment(rate, for_plot));
+    return seen.back();
+  };
+  GoodputOptions scan = search;
+  scan.grid = {1.0, 1.03, 1.1, 1.25, 1.5, 2.0, 3.0};
+  if (measure(base_rate, false).attainment_pct < target_pct) {
+    // Down to the first factor that meets the target; the scan then brackets the knee.
+    static constexpr double kDown[] = {0.97, 0.93, 0.87, 0.8, 0.7, 0.55, 0.4, 0.25, 0.1};
+    double above = 1.0;
+    scan.grid = {kDown[std::size(kDown) - 1]};
+    for (double f : kDown) {
+      if (measure(base_rate * f, false).attainment_pct >= target_pct) {
+        scan.grid = {f, above};
+        break;
+      }
+      above = f;
+    }
+  }
+  return search_goodput(measure, base_rate, target_pct, scan, points, at_least);
+}
+
 std::vector<VllmSetting> vllm_best_settings() {
   std::vector<VllmSetting> out;
   for (bool priority : {false, true}) {
@@ -310,13 +340,15 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
   out.base_rate = o.params.workload.arrival_rate;
   out.seeds = o.seeds;
   out.search = search;
-  // Every search: one per policy, and one per setting for vllm-best. A setting's
-  // scan runs only down to the target: its points are not plotted.
+  // Every search: one per policy, and one per setting for vllm-best. The sweep's settings
+  // run only down to the target (their points are not plotted), and all but its reference
+  // (vLLM's default setting) start from the reference's goodput per seed: they are near it.
   struct Search {
     PolicyKind policy;
     ReplayParams params;
     GoodputOptions options;
     PolicyGoodput result;
+    bool seeded = false;  // phase 2: scans from the reference's goodput (seeded_search)
   };
   std::vector<Search> searches;
   const std::vector<VllmSetting> settings = vllm_best_settings();
@@ -332,13 +364,32 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
     sweep_first = searches.size();
     GoodputOptions quick = search;
     quick.plot_floor_pct = o.params.slo.attainment_pct;
-    for (const VllmSetting& v : settings) searches.push_back({v.policy(), v.apply(o.params), quick, {}});
+    for (const VllmSetting& v : settings) {
+      searches.push_back({v.policy(), v.apply(o.params), quick, {}, !(v == VllmSetting{})});
+    }
   }
   const std::size_t seeds = o.seeds.size();
   for (Search& q : searches) {
     q.result.policy = q.policy;
     q.result.at_least.assign(seeds, false);
     q.result.points.resize(seeds);
+  }
+  // The reference: vLLM's default setting, the same runs as vllm-fcfs when that is searched
+  // on the same [engine] values (then its search is shared, not run twice).
+  std::size_t reference = searches.size();
+  std::size_t same_as_reference = searches.size();
+  if (sweep) {
+    for (std::size_t k = 0; k < settings.size(); ++k) {
+      if (settings[k] == VllmSetting{}) reference = sweep_first + k;
+    }
+    const EngineParams& e = o.params.engine;
+    for (std::size_t q = 0; q < sweep_first; ++q) {
+      if (searches[q].policy == PolicyKind::kVllmFcfs &&
+          e.max_num_batched_tokens == VllmSetting{}.max_num_batched_tokens &&
+          e.long_prefill_token_threshold == 0) {
+        same_as_reference = q;
+      }
+    }
   }
   std::vector<std::vector<double>> goodput(searches.size(), std::vector<double>(seeds, 0));
   // Not vector<bool>: workers write neighbouring seeds at once, and its bits share words.
@@ -347,9 +398,8 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
   // Progress counts (search, seed) pairs.
   Progress progress(o.progress, searches.size() * seeds);
   const double target = o.params.slo.attainment_pct;
-  parallel_for(searches.size() * seeds, o.threads, [&](std::size_t i) {
-    Search& q = searches[i / seeds];
-    const std::size_t s = i % seeds;
+  auto run_search = [&](std::size_t index, std::size_t s) {
+    Search& q = searches[index];
     auto attainment = [&](double rate, bool for_plot) {
       ReplayParams params = q.params;
       params.workload.arrival_rate = rate;
@@ -366,11 +416,31 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
                              r.metric("slo_attainment_reasoning_pct"), r.stopped_early};
     };
     bool reached = false;
-    goodput[i / seeds][s] =
-        search_goodput(attainment, out.base_rate, target, q.options, q.result.points[s], &reached);
-    at_least[i / seeds][s] = reached ? 1 : 0;
+    const double seed_base = q.seeded ? goodput[reference][s] : 0;
+    goodput[index][s] =
+        seed_base > 0
+            ? seeded_search(attainment, seed_base, target, q.options, q.result.points[s], &reached)
+            : search_goodput(attainment, out.base_rate, target, q.options, q.result.points[s], &reached);
+    at_least[index][s] = reached ? 1 : 0;
     progress.tick();
-  });
+  };
+  // Phase 1: every unseeded search (the reference's own only if vllm-fcfs does not stand for it).
+  std::vector<std::size_t> first;
+  std::vector<std::size_t> second;
+  for (std::size_t q = 0; q < searches.size(); ++q) {
+    if (q == reference && same_as_reference < searches.size()) continue;
+    (searches[q].seeded ? second : first).push_back(q);
+  }
+  parallel_for(first.size() * seeds, o.threads,
+               [&](std::size_t i) { run_search(first[i / seeds], i % seeds); });
+  if (reference < searches.size() && same_as_reference < searches.size()) {
+    goodput[reference] = goodput[same_as_reference];
+    at_least[reference] = at_least[same_as_reference];
+    searches[reference].result.points = searches[same_as_reference].result.points;
+    for (std::size_t s = 0; s < seeds; ++s) progress.tick();
+  }
+  parallel_for(second.size() * seeds, o.threads,
+               [&](std::size_t i) { run_search(second[i / seeds], i % seeds); });
   for (std::size_t q = 0; q < searches.size(); ++q) {
     searches[q].result.goodput_rps = seed_stat(goodput[q]);
     for (std::size_t s = 0; s < seeds; ++s) searches[q].result.at_least[s] = at_least[q][s] != 0;

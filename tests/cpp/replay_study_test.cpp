@@ -138,6 +138,31 @@ TEST(GoodputSearch, BisectsAStepFunctionToTheTolerance) {
   EXPECT_DOUBLE_EQ(g, 2.0 * search.grid.back() * 32);
 }
 
+TEST(GoodputSearch, ASeededSearchFindsTheKneeEitherSideOfItsStartInFewRuns) {
+  const GoodputOptions search;
+  for (double capacity : {0.15, 4.7, 5.0, 5.2, 6.1, 30.0}) {
+    std::vector<AttainmentPoint> points;
+    std::vector<double> tried;
+    bool at_least = true;
+    const double g = seeded_search(
+        [&](double rate, bool) {
+          tried.push_back(rate);
+          return AttainmentPoint{rate, rate <= capacity ? 95.0 : 40.0, 0, 0, false};
+        },
+        5.0, 90, search, points, &at_least);
+    EXPECT_FALSE(at_least) << capacity;
+    EXPECT_LE(g, capacity) << capacity;
+    EXPECT_GE(g, capacity * (1 - search.rel_tolerance) - 1e-12) << capacity;
+    std::vector<double> distinct = tried;
+    std::sort(distinct.begin(), distinct.end());
+    EXPECT_EQ(std::unique(distinct.begin(), distinct.end()), distinct.end()) << "a rate ran twice: " << capacity;
+    // Near its start (within 10 %), a handful of runs: no scan from a quarter of the rate up.
+    if (capacity > 4.5 && capacity < 5.5) {
+      EXPECT_LE(tried.size(), 5U) << capacity;
+    }
+  }
+}
+
 TEST(GoodputSearch, FindsTheCapacityOfALoadKnownByConstruction) {
   // Fixed-length single-turn chat at fixed gaps on an engine that serves one
   // sequence at a time: every request takes T, so below 1 / T none waits and
