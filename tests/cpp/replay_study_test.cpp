@@ -155,7 +155,8 @@ TEST(GoodputSearch, ASeededSearchFindsTheKneeEitherSideOfItsStartInFewRuns) {
     EXPECT_GE(g, capacity * (1 - search.rel_tolerance) - 1e-12) << capacity;
     std::vector<double> distinct = tried;
     std::sort(distinct.begin(), distinct.end());
-    EXPECT_EQ(std::unique(distinct.begin(), distinct.end()), distinct.end()) << "a rate ran twice: " << capacity;
+    EXPECT_EQ(std::unique(distinct.begin(), distinct.end()), distinct.end())
+        << "a rate ran twice: " << capacity;
     // Near its start (within 10 %), a handful of runs: no scan from a quarter of the rate up.
     if (capacity > 4.5 && capacity < 5.5) {
       EXPECT_LE(tried.size(), 5U) << capacity;

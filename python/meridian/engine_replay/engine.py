@@ -46,11 +46,34 @@ class Arm:
     two_in_flight: bool
 
 
+class _Times:
+    """A request's times, kept in Python while it runs (a C++ RequestTimeline's attributes cost a
+    call each, and this is touched for every token); sim() builds the RequestTimeline."""
+
+    __slots__ = ("reasoning", "arrival_s", "first_token_s", "first_visible_s", "think_end_s", "last_token_s",
+                 "finish_s", "think_tokens", "answer_tokens", "natural_think_tokens", "completed")
+
+    def __init__(self, reasoning: bool, arrival_s: float, natural_think_tokens: int) -> None:
+        self.reasoning = reasoning
+        self.arrival_s = arrival_s
+        self.natural_think_tokens = natural_think_tokens
+        self.first_token_s = self.first_visible_s = self.think_end_s = self.last_token_s = self.finish_s = -1.0
+        self.think_tokens = self.answer_tokens = 0
+        self.completed = False
+
+    def sim(self) -> Any:
+        tl = sim.RequestTimeline()
+        tl.arrived = True
+        for name in self.__slots__:
+            setattr(tl, name, getattr(self, name))
+        return tl
+
+
 @dataclass
 class _Live:
     spec: Any
     plan: TokenPlan
-    timeline: Any
+    timeline: _Times
     in_think: bool
     seen: bool = False  # scheduled at least once (its prefix lookup counted)
 
@@ -114,11 +137,7 @@ class EngineRun:
         while self.arrivals and self.arrivals[0][0] <= now:
             at, rid = heapq.heappop(self.arrivals)
             spec = self.by_id[rid]
-            timeline = sim.RequestTimeline()
-            timeline.reasoning = spec.reasoning
-            timeline.arrived = True
-            timeline.arrival_s = at
-            timeline.natural_think_tokens = spec.think_tokens
+            timeline = _Times(bool(spec.reasoning), at, int(spec.think_tokens))
             parent = self.prompts.get(spec.after) if spec.after else None
             plan = TokenPlan(spec, parent)
             key = str(rid)
@@ -146,7 +165,7 @@ class EngineRun:
         tl.finish_s = t
         tl.completed = tl.answer_tokens >= live.spec.answer_tokens
         self.last_finish = max(self.last_finish, t)
-        if sim_meets(tl, self.slo):
+        if sim_meets(tl.sim(), self.slo):
             self.met += 1
         else:
             self._missed()
@@ -197,7 +216,7 @@ class EngineRun:
             if r is None or not samples[rid]:
                 sampled.append([])
             else:
-                sampled.append([self.live[rid].plan.token(len(r.output_token_ids))])
+                sampled.append([self.live[rid].plan.token(r.num_output_tokens)])
         return ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                  sampled_token_ids=sampled)
 
@@ -332,7 +351,7 @@ class EngineRun:
                 continue
             if live.timeline.finish_s < 0:
                 unfinished += 1
-            timelines.append(live.timeline)
+            timelines.append(live.timeline.sim())
         t = self.totals
         t.rejected = self.rejected
         t.unfinished = unfinished - self.rejected
