@@ -596,9 +596,9 @@ class Engine {
   std::unique_ptr<detail::SchedulingPolicy> policy_;
   ProbeSettings probe_settings_;
   bool forcing_ = false;
+  bool async_ = false;                      // two steps in flight ([engine] async_scheduling)
   std::optional<detail::DisaggLink> link_;  // the disaggregated mode (Meridian policies)
   std::int64_t link_ready_ns_ = 0;          // the next step starts no earlier
-  bool async_ = false;                      // two steps in flight ([engine] async_scheduling)
   std::int64_t planned_during_ns_ = -1;     // async: start of the step the next plan overlapped
   std::vector<RequestId> unreleased_;       // async: finished, still held by the scheduler
 
