@@ -231,39 +231,60 @@ void bind_sim(nb::module_& parent) {
       },
       "values"_a, "(mean, 95% low, 95% high) of per-seed values (Student t)");
 
+  // search_goodput and seeded_search on a Python attainment(rate, for_plot) -> (all %, chat %,
+  // reasoning %, stopped early); both return (goodput, at_least, [(rate, attainment %, stopped, scan)]).
+  using Attainment = std::function<std::tuple<double, double, double, bool>(double, bool)>;
+  using Search = double (*)(const std::function<sim::AttainmentPoint(double, bool)>&, double, double,
+                            const sim::GoodputOptions&, std::vector<sim::AttainmentPoint>&, bool*);
+  const auto search_with = [](Search search_fn, const Attainment& attainment, double base_rate,
+                              double target_pct, sim::GoodputOptions options) {
+    std::vector<sim::AttainmentPoint> points;
+    bool at_least = false;
+    const double rate = search_fn(
+        [&](double r, bool for_plot) {
+          const auto [all, chat, reasoning, stopped] = attainment(r, for_plot);
+          sim::AttainmentPoint p;
+          p.rate = r;
+          p.attainment_pct = all;
+          p.chat_pct = chat;
+          p.reasoning_pct = reasoning;
+          p.stopped_early = stopped;
+          return p;
+        },
+        base_rate, target_pct, options, points, &at_least);
+    std::vector<std::tuple<double, double, bool, bool>> out;
+    out.reserve(points.size());
+    for (const auto& p : points) out.emplace_back(p.rate, p.attainment_pct, p.stopped_early, p.scan);
+    return std::make_tuple(rate, at_least, out);
+  };
   m.def(
       "search_goodput",
-      [](const std::function<std::tuple<double, double, double, bool>(double, bool)>& attainment,
-         double base_rate, double target_pct, std::vector<double> grid, double rel_tolerance,
-         double plot_floor_pct) {
+      [search_with](const Attainment& attainment, double base_rate, double target_pct,
+                    std::vector<double> grid, double rel_tolerance, double plot_floor_pct) {
         sim::GoodputOptions search;
         search.grid = std::move(grid);
         search.rel_tolerance = rel_tolerance;
         search.plot_floor_pct = plot_floor_pct;
-        std::vector<sim::AttainmentPoint> points;
-        bool at_least = false;
-        const double rate = sim::search_goodput(
-            [&](double r, bool for_plot) {
-              const auto [all, chat, reasoning, stopped] = attainment(r, for_plot);
-              sim::AttainmentPoint p;
-              p.rate = r;
-              p.attainment_pct = all;
-              p.chat_pct = chat;
-              p.reasoning_pct = reasoning;
-              p.stopped_early = stopped;
-              return p;
-            },
-            base_rate, target_pct, search, points, &at_least);
-        std::vector<std::tuple<double, double, bool, bool>> out;
-        out.reserve(points.size());
-        for (const auto& p : points) out.emplace_back(p.rate, p.attainment_pct, p.stopped_early, p.scan);
-        return std::make_tuple(rate, at_least, out);
+        return search_with(&sim::search_goodput, attainment, base_rate, target_pct, search);
       },
       "attainment"_a, "base_rate"_a, "target_pct"_a, "grid"_a, "rel_tolerance"_a = 0.02,
       "plot_floor_pct"_a = 50,
       "The replay's goodput search on attainment(rate, for_plot) -> (all %, chat %, reasoning %, stopped "
       "early): "
       "(goodput, at_least, [(rate, attainment %, stopped early, scan point)])");
+  m.def(
+      "seeded_search",
+      [search_with](const Attainment& attainment, double base_rate, double target_pct, double rel_tolerance) {
+        sim::GoodputOptions search;
+        search.rel_tolerance = rel_tolerance;
+        search.plot_floor_pct = target_pct;  // a search, not a plot: scan points run down to the target
+        return search_with(&sim::seeded_search, attainment, base_rate, target_pct, search);
+      },
+      "attainment"_a, "base_rate"_a, "target_pct"_a, "rel_tolerance"_a = 0.02,
+      "search_goodput from where the goodput is expected: base_rate probed first, then up "
+      "(SEEDED_SCAN_UP) or down (SEEDED_SCAN_DOWN) to bracket the knee; each rate runs once");
+  m.attr("SEEDED_SCAN_UP") = std::vector<double>(sim::kSeededScanUp.begin(), sim::kSeededScanUp.end());
+  m.attr("SEEDED_SCAN_DOWN") = std::vector<double>(sim::kSeededScanDown.begin(), sim::kSeededScanDown.end());
 
   m.def(
       "run_replay",

@@ -12,6 +12,7 @@
 // Thread-safety: the functions are reentrant; results are plain values.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -166,10 +167,14 @@ struct GoodputResult {
 [[nodiscard]] GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyOptions& options,
                                          const GoodputOptions& search = {});
 
+/// seeded_search()'s factors of the expected goodput: the scan up from it, and the probes down.
+inline constexpr std::array<double, 7> kSeededScanUp = {1.0, 1.03, 1.1, 1.25, 1.5, 2.0, 3.0};
+inline constexpr std::array<double, 9> kSeededScanDown = {0.97, 0.93, 0.87, 0.8, 0.7, 0.55, 0.4, 0.25, 0.1};
+
 /// A search that starts where the answer is expected: `base_rate` is probed first, then the
-/// scan goes up from it (1.0x, 1.03x, 1.1x, 1.25x, ...) or, when it misses the target, down to
-/// the first factor that meets it (0.97x, 0.93x, ... 0.1x), and bisects that bracket as
-/// search_goodput() does. Each rate runs once. The vllm-best sweep seeds its settings with it.
+/// scan goes up from it (kSeededScanUp) or, when it misses the target, down to the first factor
+/// that meets it (kSeededScanDown), and bisects that bracket as search_goodput() does. Each rate
+/// runs once. The vllm-best sweep seeds its settings with it, the engine replay its arms.
 [[nodiscard]] double seeded_search(
     const std::function<AttainmentPoint(double rate, bool for_plot)>& attainment, double base_rate,
     double target_pct, const GoodputOptions& search, std::vector<AttainmentPoint>& points, bool* at_least);

@@ -294,13 +294,12 @@ double seeded_search(const std::function<AttainmentPoint(double, bool)>& attainm
     return seen.back();
   };
   GoodputOptions scan = search;
-  scan.grid = {1.0, 1.03, 1.1, 1.25, 1.5, 2.0, 3.0};
+  scan.grid.assign(kSeededScanUp.begin(), kSeededScanUp.end());
   if (measure(base_rate, false).attainment_pct < target_pct) {
     // Down to the first factor that meets the target; the scan then brackets the knee.
-    static constexpr double kDown[] = {0.97, 0.93, 0.87, 0.8, 0.7, 0.55, 0.4, 0.25, 0.1};
     double above = 1.0;
-    scan.grid = {kDown[std::size(kDown) - 1]};
-    for (double f : kDown) {
+    scan.grid = {kSeededScanDown.back()};
+    for (double f : kSeededScanDown) {
       if (measure(base_rate * f, false).attainment_pct >= target_pct) {
         scan.grid = {f, above};
         break;

@@ -89,7 +89,8 @@ def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[f
         "attainment_target_pct": context["slo"]["attainment_pct"],
         "rate_unit": "new conversations per second (the --arrival-rate unit)", "seeds": seeds,
         "search": {"base": "per seed, the simulator's goodput for the arm's model (simulator policy and stepping)",
-                   "grid_factors": list(study.GRID), "rel_tolerance": study.TOLERANCE,
+                   "scan_up_factors": list(sim.SEEDED_SCAN_UP), "scan_down_factors": list(sim.SEEDED_SCAN_DOWN),
+                   "rel_tolerance": study.TOLERANCE,
                    "runs": sum(s["runs"] for s in searches)},
         "policies": {}, "simulator": {}, "ratios": {}}
     for arm, per in arms.items():

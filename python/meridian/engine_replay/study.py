@@ -12,13 +12,8 @@ from typing import Any
 from meridian._meridian import sim
 
 ARMS = ("vllm-async", "vllm-sync", "meridian-async", "meridian-sync")
-# Goodput search, seeded from the simulator: rates as multiples of the simulator's goodput for
-# the arm's model (SIM_POLICY and its stepping, per seed), scanned up to the first rate below the
-# target, then bisection to the tolerance, as `meridian replay --goodput` searches.
-GRID = (1.0, 1.03, 1.1, 1.25, 1.5, 2.0, 3.0)
-# Where the arm misses the target at the simulator's goodput: factors tried downwards until one
-# meets it, so the bisection starts from a bracket near the knee instead of from 0.
-DOWN = (0.97, 0.93, 0.87, 0.8, 0.7, 0.55, 0.4, 0.25, 0.1)
+# Goodput search, seeded from the simulator: sim.seeded_search() from the simulator's goodput for
+# the arm's model (SIM_POLICY and its stepping, per seed), to this tolerance.
 TOLERANCE = 0.03
 FIDELITY_LOADS = (0.5, 0.9, 1.1)
 # What fidelity compares: (label, metric). tokens_per_step and goodput are derived.
@@ -101,10 +96,8 @@ def search(job: Job, base_rate: float, done: dict[float, dict[str, float]] | Non
     runs: list[dict[str, float]] = []
     done = done or {}
 
-    verdicts: dict[float, dict[str, float]] = {}
-
-    def measure(rate: float) -> dict[str, float]:
-        m = done.get(rate) or verdicts.get(rate)
+    def attainment(rate: float, for_plot: bool) -> tuple[float, float, float, bool]:
+        m = done.get(rate)
         if m is None:
             # Stop once the verdict is decided: more than the allowed share already missed (below
             # the target), or enough met the SLO that the rest cannot bring it under (at or above).
@@ -112,29 +105,12 @@ def search(job: Job, base_rate: float, done: dict[float, dict[str, float]] | Non
             m = run_once(job, rate, stop_after_misses=int(math.floor(n * (1 - target / 100.0))),
                          stop_after_met=int(math.ceil(n * target / 100.0)))
             runs.append(m)
-            verdicts[rate] = m
-        return m
-
-    def attainment(rate: float, for_plot: bool) -> tuple[float, float, float, bool]:
-        m = measure(rate)
         return m["slo_attainment_pct"], m["slo_attainment_chat_pct"], m["slo_attainment_reasoning_pct"], \
             bool(m["stopped_early"])
 
-    # Up from the simulator's goodput when the arm meets the target there; else down to the first
-    # factor that meets it, and the scan starts there (its next factor up already failed).
-    grid = list(GRID)
-    if measure(base_rate)["slo_attainment_pct"] < target:
-        above = 1.0
-        for f in DOWN:
-            if measure(base_rate * f)["slo_attainment_pct"] >= target:
-                grid = [f, above]
-                break
-            above = f
-        else:
-            grid = [DOWN[-1]]
-    # Scan points run only down to the target (plot floor = target): the search, not a plot. Every
-    # rate measured above is read again, not rerun.
-    rate, at_least, points = sim.search_goodput(attainment, base_rate, target, grid, TOLERANCE, target)
+    # Up from the simulator's goodput when the arm meets the target there, else down to the first
+    # factor that meets it; each rate runs once (the C++ search the vllm-best sweep uses).
+    rate, at_least, points = sim.seeded_search(attainment, base_rate, target, TOLERANCE)
     return {"arm": job.arm, "seed": job.seed, "goodput_rps": rate, "at_least": at_least, "base_rate": base_rate,
             "points": [{"rate": r, "attainment_pct": a, "stopped_early": s, "scan": g} for r, a, s, g in points],
             "schedule_wall_s": sum(m["schedule_wall_s"] for m in runs),
