@@ -1,20 +1,50 @@
 // Python view of meridian.toml: the C++ structs, parsed and validated by the
 // C++ schema (there is no Python-side parser).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
 #include "meridian/config.h"
+#include "meridian/error.h"
 #include "meridian/tokenizer_vocab.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace meridian::python {
+namespace {
+
+/// `MeridianConfig.model`: the config's models as a read-only mapping that is
+/// also callable, so both `cfg.model("qwen3")` (ValueError when undefined) and
+/// the seeds' `cfg.model["qwen3"]` (KeyError) work. A live view: it borrows
+/// the config, which the property keeps alive; values are copies. Like the
+/// config, not for use while another thread mutates it.
+struct ModelMap {
+  const MeridianConfig* config;
+
+  [[nodiscard]] std::string key(nb::handle name) const {
+    if (!nb::isinstance<nb::str>(name)) {
+      throw nb::type_error(
+          fmt::format("MeridianConfig.model: model names are str; got {}", nb::inst_name(name).c_str())
+              .c_str());
+    }
+    return nb::cast<std::string>(name);
+  }
+  [[nodiscard]] std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& [name, model] : config->models) out.push_back(name);
+    return out;
+  }
+};
+
+}  // namespace
 
 void bind_config(nb::module_& m) {
   nb::enum_<FabricKind>(m, "FabricKind")
@@ -96,6 +126,51 @@ void bind_config(nb::module_& m) {
       .def_rw("supports_think_disable", &ModelConfig::supports_think_disable)
       .def("__eq__", [](const ModelConfig& a, const ModelConfig& b) { return a == b; });
 
+  nb::class_<ModelMap>(m, "ModelMap",
+                       "MeridianConfig.model: name -> ModelConfig (a copy), read-only, callable; a live view")
+      .def(
+          "__call__", [](const ModelMap& v, std::string_view name) { return v.config->model(name); },
+          "name"_a, "The model `name`; ValueError naming the known models if it is not defined")
+      .def(
+          "__getitem__",
+          [](const ModelMap& v, nb::handle name) {
+            try {
+              return v.config->model(v.key(name));
+            } catch (const ConfigError& e) {
+              throw NotFound(e.what());  // KeyError
+            }
+          },
+          "name"_a)
+      .def(
+          "get",
+          [](const ModelMap& v, nb::handle name, nb::object fallback) -> nb::object {
+            const std::string key = v.key(name);
+            auto it = v.config->models.find(key);
+            return it == v.config->models.end() ? fallback : nb::cast(it->second);
+          },
+          "name"_a, "default"_a = nb::none())
+      .def("__contains__",
+           [](const ModelMap& v, nb::handle name) {
+             return nb::isinstance<nb::str>(name) && v.config->models.contains(nb::cast<std::string>(name));
+           })
+      .def("__len__", [](const ModelMap& v) { return v.config->models.size(); })
+      .def("__iter__", [](const ModelMap& v) { return nb::iter(nb::cast(v.names())); })
+      .def("keys", &ModelMap::names)
+      .def("values",
+           [](const ModelMap& v) {
+             std::vector<ModelConfig> out;
+             for (const auto& [name, model] : v.config->models) out.push_back(model);
+             return out;
+           })
+      .def("items",
+           [](const ModelMap& v) {
+             std::vector<std::pair<std::string, ModelConfig>> out(v.config->models.begin(),
+                                                                  v.config->models.end());
+             return out;
+           })
+      .def("__repr__",
+           [](const ModelMap& v) { return fmt::format("ModelMap({})", fmt::join(v.names(), ", ")); });
+
   nb::class_<MeridianConfig>(m, "MeridianConfig")
       .def(nb::init<>())
       .def_static("defaults", &MeridianConfig::defaults, "Defaults with the built-in model presets")
@@ -111,8 +186,10 @@ void bind_config(nb::module_& m) {
                      for (const auto& [name, model] : c.models) names.push_back(name);
                      return names;
                    })
-      .def("model", &MeridianConfig::model, "name"_a, nb::rv_policy::copy,
-           "The [model.<name>] settings; ValueError if not defined")
+      .def_prop_ro(
+          "model", [](const MeridianConfig& c) { return ModelMap{&c}; }, nb::keep_alive<0, 1>(),
+          "The [model.<name>] settings: cfg.model(name) (ValueError if not defined) or cfg.model[name] "
+          "(KeyError); a read-only mapping view")
       .def(
           "set_model", [](MeridianConfig& c, const ModelConfig& model) { c.models[model.name] = model; },
           "model"_a, "Add or replace a model (validate() afterwards)")

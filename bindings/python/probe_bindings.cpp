@@ -136,9 +136,14 @@ struct RequestState {
 
 class ProbeCore {
  public:
-  ProbeCore(const MeridianConfig& config, std::vector<TokenId> end_ids, const std::string& backend)
-      : settings_(ProbeSettings::from(config)), end_ids_(std::move(end_ids)) {
+  /// `ema_alpha`, when given, replaces the config's entropy.ema_alpha for
+  /// this probe only (the seeds' EntropyProbe(ema_alpha=...)).
+  ProbeCore(MeridianConfig config, std::vector<TokenId> end_ids, const std::string& backend,
+            std::optional<double> ema_alpha)
+      : end_ids_(std::move(end_ids)) {
+    if (ema_alpha) config.entropy.ema_alpha = *ema_alpha;
     validate_or_throw(config);
+    settings_ = ProbeSettings::from(config);
     if (backend == "auto") {
       backend_ = Backend::kAuto;
     } else if (backend == "cpu") {
@@ -146,7 +151,8 @@ class ProbeCore {
     } else if (backend == "cuda") {
       backend_ = Backend::kCuda;
       if (const std::string& why = cuda_reason(); !why.empty()) {
-        throw KernelError("EntropyProbe(backend='cuda'): " + why);
+        throw KernelError("EntropyProbe(backend='cuda'): " + why +
+                          "; backend='auto' runs host tensors on the CPU kernel and CUDA tensors on CUDA");
       }
     } else {
       throw nb::value_error(
@@ -545,8 +551,8 @@ void bind_probe(nb::module_& m) {
       });
 
   nb::class_<ProbeCore>(m, "_EntropyProbeCore", "C++ half of meridian.EntropyProbe (use that class)")
-      .def(nb::init<const MeridianConfig&, std::vector<TokenId>, const std::string&>(), "config"_a,
-           "think_end_token_ids"_a, "backend"_a)
+      .def(nb::init<MeridianConfig, std::vector<TokenId>, const std::string&, std::optional<double>>(),
+           "config"_a, "think_end_token_ids"_a, "backend"_a, "ema_alpha"_a.none() = nb::none())
       .def("compute", &ProbeCore::compute, "req_id"_a, "logits"_a, "think_tokens"_a.none(),
            "tool_call_open"_a, "stream"_a)
       .def("compute_batch", &ProbeCore::compute_batch, "req_ids"_a, "logits"_a, "rows"_a.none(),

@@ -12,7 +12,9 @@ when a torch CUDA tensor is passed (to read its current stream).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 from ._meridian import EntropySignal, MeridianConfig, _EntropyProbeCore
@@ -28,6 +30,8 @@ _DL_CUDA_MANAGED = 13
 # The CLI's default model (`meridian replay --model`), used when a config
 # defines several models and none is named.
 _DEFAULT_MODEL = "qwen3"
+# compute_batch's logits when none is passed (`None` is not a tensor either).
+_NO_LOGITS: Any = object()
 
 
 def _cuda_stream(logits: Any) -> int:
@@ -58,9 +62,15 @@ def _resolve_end_ids(config: MeridianConfig, model: str | None,
     """The end-of-think ids: explicit ids win; else the ids of the config's
     model `model` (default: the only model the config defines, else qwen3)."""
     if think_end_token_ids is not None:
+        if isinstance(think_end_token_ids, (str, bytes)) or not isinstance(think_end_token_ids, Sequence):
+            raise TypeError("EntropyProbe: think_end_token_ids must be a sequence of ints (e.g. [151668]); got "
+                            f"{type(think_end_token_ids).__name__}")
         ids = list(think_end_token_ids)
         for i, token in enumerate(ids):
-            if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < 2**32:
+            if isinstance(token, bool) or not isinstance(token, int):
+                raise TypeError(f"EntropyProbe: think_end_token_ids[{i}] = {token!r} is not a token id "
+                                f"(an int); got {type(token).__name__}")
+            if not 0 <= token < 2**32:
                 raise ValueError(f"EntropyProbe: think_end_token_ids[{i}] = {token!r} is not a token id "
                                  f"(an int in [0, 2**32))")
         return ids
@@ -73,11 +83,25 @@ def _resolve_end_ids(config: MeridianConfig, model: str | None,
         else:
             raise ValueError("EntropyProbe: no end-of-think ids: pass think_end_token_ids=, or model= naming one "
                              f"of the config's models ({', '.join(names) or 'none defined'})")
+    if not isinstance(model, str):
+        raise TypeError(f"EntropyProbe: model must be a str naming a config model; got {type(model).__name__}")
     ids = list(config.model(model).think_end_token_ids)  # ValueError naming the known models
     if not ids:
         raise ValueError(f"EntropyProbe: model.{model}.think_end_token_ids is empty (the model marks the end of "
                          "thinking with prose markers); pass think_end_token_ids=")
     return ids
+
+
+def _check_ema_alpha(ema_alpha: float | None) -> float | None:
+    """`ema_alpha` as a float after the checks of entropy.ema_alpha."""
+    if ema_alpha is None:
+        return None
+    if isinstance(ema_alpha, bool) or not isinstance(ema_alpha, Real):
+        raise TypeError(f"EntropyProbe: ema_alpha must be a float in (0, 1]; got {type(ema_alpha).__name__}")
+    value = float(ema_alpha)
+    if not (math.isfinite(value) and 0.0 < value <= 1.0):
+        raise ValueError(f"EntropyProbe: ema_alpha must be in (0, 1]; got {ema_alpha!r}")
+    return value
 
 
 class EntropyProbe:
@@ -96,6 +120,12 @@ class EntropyProbe:
         backend: ``"cpu"`` (host tensors only), ``"cuda"`` (CUDA tensors
             only; ``KernelError`` at construction if CUDA is unavailable) or
             ``"auto"`` (the tensor's device decides, per call).
+        ema_alpha: this probe's EMA decay, in (0, 1]; default the config's
+            ``entropy.ema_alpha``, which it overrides for this probe only
+            (the config is not changed).
+
+    Wrong argument types raise ``TypeError``, bad values ``ValueError``
+    naming the argument.
 
     Logits: a NumPy array or any DLPack tensor (torch, CuPy, JAX) of
     float32, bfloat16 or float16 with a contiguous last (vocab) dimension,
@@ -111,11 +141,18 @@ class EntropyProbe:
     __slots__ = ("_core",)
 
     def __init__(self, config: MeridianConfig | None = None, *, model: str | None = None,
-                 think_end_token_ids: Sequence[int] | None = None, backend: str = "auto") -> None:
+                 think_end_token_ids: Sequence[int] | None = None, backend: str = "auto",
+                 ema_alpha: float | None = None) -> None:
         if config is None:
             config = MeridianConfig.defaults()
+        elif not isinstance(config, MeridianConfig):
+            raise TypeError("EntropyProbe: config must be a MeridianConfig (meridian.load_config(path)); got "
+                            f"{type(config).__name__}")
+        if not isinstance(backend, str):
+            raise TypeError(f"EntropyProbe: backend must be 'auto', 'cpu' or 'cuda'; got {type(backend).__name__}")
+        alpha = _check_ema_alpha(ema_alpha)
         ids = _resolve_end_ids(config, model, think_end_token_ids)
-        self._core = _EntropyProbeCore(config, ids, backend)
+        self._core = _EntropyProbeCore(config, ids, backend, alpha)
 
     def compute(self, req_id: int, logits: Any, *, think_tokens: int | None = None,
                 tool_call_open: bool = False) -> EntropySignal:
@@ -131,16 +168,27 @@ class EntropyProbe:
         """
         return self._core.compute(req_id, logits, think_tokens, tool_call_open, _cuda_stream(logits))
 
-    def compute_batch(self, req_ids: Sequence[int], logits: Any, *, rows: Sequence[int] | None = None,
-                      think_tokens: Sequence[int] | None = None,
-                      tool_call_open: Sequence[bool] | None = None) -> list[EntropySignal]:
+    def compute_batch(self, req_ids: Sequence[int], logits: Any = _NO_LOGITS, *,
+                      rows: Sequence[int] | None = None, think_tokens: Sequence[int] | None = None,
+                      tool_call_open: Sequence[bool] | None = None,
+                      logits_batch: Any = _NO_LOGITS) -> list[EntropySignal]:
         """:meth:`compute` for a batch: ``req_ids[i]`` reads row ``rows[i]``
         (default ``i``; then the batch must have ``len(req_ids)`` rows) of the
         2-D `logits`. All rows are computed in one C++ call: on the CPU only
         the selected rows are read (runs of consecutive rows as one kernel
         call each); on CUDA one launch covers rows ``min(rows)..max(rows)``.
         Sequence lengths must match; req_ids must be distinct.
+
+        ``logits_batch=`` is the seeds' name for `logits` (pass one of the
+        two; both or neither is a ``TypeError``).
         """
+        if logits_batch is not _NO_LOGITS:
+            if logits is not _NO_LOGITS:
+                raise TypeError("EntropyProbe.compute_batch: pass logits or logits_batch (the same argument), "
+                                "not both")
+            logits = logits_batch
+        elif logits is _NO_LOGITS:
+            raise TypeError("EntropyProbe.compute_batch: missing the logits (logits= or logits_batch=)")
         return self._core.compute_batch(req_ids, logits, rows, think_tokens, tool_call_open,
                                         _cuda_stream(logits))
 
