@@ -270,6 +270,13 @@ void bind_scheduler_class(nb::module_& m) {
           [](DualQueueScheduler& s, double observed_ms, std::int64_t end_ns,
              const std::vector<RequestId>& not_run) { s.complete_step(observed_ms, end_ns, not_run); },
           "observed_ms"_a, "end_ns"_a, "not_run"_a = std::vector<RequestId>{})
+      .def(
+          "complete_engine_step",
+          [](DualQueueScheduler& s, std::int64_t end_ns, const std::vector<RequestId>& ran) {
+            s.complete_engine_step(end_ns, ran);
+          },
+          "end_ns"_a, "ran"_a)
+      .def("observe_step", &DualQueueScheduler::observe_step, "tokens"_a, "kv_tokens"_a, "observed_ms"_a)
       .def("view", &DualQueueScheduler::view, "request_id"_a)
       .def(
           "plan_for_engine",

@@ -222,6 +222,20 @@ class DualQueueScheduler {
   /// scheduler would take first (the shortest context, then the newest).
   /// O(running log running); clears `out` first.
   void engine_view(EngineView& out) const;
+  /// For an engine that runs more than the plan (the vLLM adapter: vLLM
+  /// schedules prefill itself, and a request the plan left out may still
+  /// run): reports the last plan's step as the engine ran it, ending at
+  /// `end_ns`. Each running request in `ran` made one decode step, planned
+  /// or not; a planned one absent from `ran` made none. Ids unknown to this
+  /// scheduler are ignored (vLLM's prefills). The step time is reported
+  /// apart, with observe_step(), since an engine with two steps in flight
+  /// learns it only a step later. O(plan + ran log ran).
+  void complete_engine_step(std::int64_t end_ns, std::span<const RequestId> ran);
+  /// One step the engine ran: `tokens` computed (decodes and prefill chunks)
+  /// over `kv_tokens` of context took `observed_ms`. The step-cost model
+  /// learns from these features, not the plan's (ADR-0017). Returns false
+  /// when the time was rejected (not finite or not positive; counted).
+  bool observe_step(std::uint64_t tokens, std::uint64_t kv_tokens, double observed_ms);
   /// The plan the last schedule() returned (empty before the first).
   [[nodiscard]] const StepPlan& last_plan() const noexcept;
   [[nodiscard]] std::size_t size() const noexcept;

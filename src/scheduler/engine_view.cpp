@@ -35,6 +35,43 @@ void DualQueueScheduler::engine_view(EngineView& out) const {
                  [&](std::uint32_t s) { return m.table.at(s).id; });
 }
 
+void DualQueueScheduler::complete_engine_step(std::int64_t end_ns, std::span<const RequestId> ran) {
+  Impl& m = *impl_;
+  if (!m.plan_pending) return;
+  m.plan_pending = false;
+  thread_local std::vector<RequestId> sorted;
+  sorted.assign(ran.begin(), ran.end());
+  std::sort(sorted.begin(), sorted.end());
+  auto did_run = [&](RequestId id) { return std::binary_search(sorted.begin(), sorted.end(), id); };
+  thread_local std::vector<RequestId> planned_ids;
+  planned_ids.clear();
+  for (std::size_t i = 0; i < m.plan.work.size(); ++i) {
+    const RequestId id = m.plan.work[i].id;
+    planned_ids.push_back(id);
+    if (did_run(id)) m.advance(i, end_ns);
+  }
+  std::sort(planned_ids.begin(), planned_ids.end());
+  // What ran beyond the plan: one decode each (vLLM ran it anyway, e.g. a
+  // think request whose output was already in flight).
+  for (const RequestId id : sorted) {
+    if (std::binary_search(planned_ids.begin(), planned_ids.end(), id)) continue;
+    const std::uint32_t s = m.table.find(id);
+    if (s == kNil) continue;
+    Slot& r = m.table.at(s);
+    if (!m.running(r)) continue;
+    r.computed += 1;
+    m.running_context += 1;
+    m.decoded(s, end_ns);
+  }
+}
+
+bool DualQueueScheduler::observe_step(std::uint64_t tokens, std::uint64_t kv_tokens, double observed_ms) {
+  Impl& m = *impl_;
+  const std::uint64_t rejected = m.counters.rejected_step_times;
+  m.learn(tokens, kv_tokens, observed_ms, m.model.predict_ms(tokens, kv_tokens));
+  return m.counters.rejected_step_times == rejected;
+}
+
 const StepPlan& DualQueueScheduler::last_plan() const noexcept { return impl_->plan; }
 
 }  // namespace meridian

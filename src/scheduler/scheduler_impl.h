@@ -755,8 +755,19 @@ struct DualQueueScheduler::Impl {
   void complete(double observed_ms, std::int64_t end_ns, std::span<const RequestId> not_run) {
     if (!plan_pending) return;
     plan_pending = false;
+    learn(plan.stats.total_tokens, plan.stats.kv_tokens, observed_ms, plan.stats.predicted_step_ms);
+    for (std::size_t i = 0; i < plan.work.size(); ++i) {
+      const ScheduledWork& w = plan.work[i];
+      if (!not_run.empty() && std::find(not_run.begin(), not_run.end(), w.id) != not_run.end()) continue;
+      advance(i, end_ns);
+    }
+  }
+
+  // One observed step time: the cost model learns from it (features: what the
+  // step computed), and the smoothed step time the think deadlines use moves.
+  void learn(std::uint64_t tokens, std::uint64_t kv_tokens, double observed_ms, double predicted) {
     const std::uint64_t clamped_before = model.clamped();
-    if (!model.observe(plan.stats.total_tokens, plan.stats.kv_tokens, observed_ms)) {
+    if (!model.observe(tokens, kv_tokens, observed_ms)) {
       ++counters.rejected_step_times;
       log_detail::logf_limited(sched_detail::warn_limiter(sched_detail::WarnKind::kStepTimeRejected),
                                LogLevel::kWarn,
@@ -765,47 +776,53 @@ struct DualQueueScheduler::Impl {
       log_detail::logf_limited(
           sched_detail::warn_limiter(sched_detail::WarnKind::kStepTimeClamped), LogLevel::kDebug,
           "scheduler: step time {:.3f} ms clamped in the step-cost model (predicted {:.3f} ms)", observed_ms,
-          plan.stats.predicted_step_ms);
+          predicted);
     }
     // Bounded as the cost model bounds it, so one absurd timing cannot make
     // every think request due for the next dozens of steps.
-    const double predicted = plan.stats.predicted_step_ms;
     const double took = std::isfinite(observed_ms) && observed_ms > 0
                             ? std::min(observed_ms, predicted + StepCostModel::residual_bound_ms(predicted))
                             : predicted;
     // Smoothed so one long step (a big prefill) does not make every think request due.
     recent_step_ms = recent_step_ms == 0 ? took : recent_step_ms + kStepEwmaAlpha * (took - recent_step_ms);
-    for (std::size_t i = 0; i < plan.work.size(); ++i) {
-      const ScheduledWork& w = plan.work[i];
-      const std::uint32_t s = planned[i].slot;
-      Slot& r = table.at(s);
-      if (r.generation != planned[i].generation) continue;  // finished or reused meanwhile
-      if (!not_run.empty() && std::find(not_run.begin(), not_run.end(), w.id) != not_run.end()) continue;
-      // A swap-in re-allocates all of the request's blocks: its ThinkActive
-      // count is what it just got, not an addition.
-      if (r.phase == Phase::kThinkDecode) {
-        r.think_blocks =
-            w.kind == WorkKind::kSwapIn ? w.new_think_blocks : r.think_blocks + w.new_think_blocks;
-      }
-      r.computed += w.tokens;
-      SlotCold& c = table.cold(s);
-      if (w.kind != WorkKind::kPrefill) {
-        ++r.generated;
-        c.last_token_ns = end_ns;
-        // Only think requests have a deadline (answers never go back to thinking).
-        if (r.phase == Phase::kThinkDecode) r.think_deadline_ns = think_deadline(r, c);
-        if (running(r)) running_context += w.tokens;
-        continue;
-      }
-      if (r.computed < c.target) continue;
-      ++r.generated;  // the chunk that completes prefill samples a token
-      c.last_token_ns = end_ns;
-      if (c.first_token_ns == 0) c.first_token_ns = end_ns;
-      r.think_deadline_ns = think_deadline(r, c);
-      guard_readmission(s);
-      running_context += r.computed;
-      table.push_back(r.phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue, s);
+  }
+
+  // The last plan's item `i` ran, ending at `end_ns`.
+  void advance(std::size_t i, std::int64_t end_ns) {
+    const ScheduledWork& w = plan.work[i];
+    const std::uint32_t s = planned[i].slot;
+    Slot& r = table.at(s);
+    if (r.generation != planned[i].generation) return;  // finished or reused meanwhile
+    // A swap-in re-allocates all of the request's blocks: its ThinkActive
+    // count is what it just got, not an addition.
+    if (r.phase == Phase::kThinkDecode) {
+      r.think_blocks = w.kind == WorkKind::kSwapIn ? w.new_think_blocks : r.think_blocks + w.new_think_blocks;
     }
+    r.computed += w.tokens;
+    SlotCold& c = table.cold(s);
+    if (w.kind != WorkKind::kPrefill) {
+      decoded(s, end_ns);
+      if (running(r)) running_context += w.tokens;
+      return;
+    }
+    if (r.computed < c.target) return;
+    ++r.generated;  // the chunk that completes prefill samples a token
+    c.last_token_ns = end_ns;
+    if (c.first_token_ns == 0) c.first_token_ns = end_ns;
+    r.think_deadline_ns = think_deadline(r, c);
+    guard_readmission(s);
+    running_context += r.computed;
+    table.push_back(r.phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue, s);
+  }
+
+  // A running request produced a token at `end_ns`.
+  void decoded(std::uint32_t s, std::int64_t end_ns) {
+    Slot& r = table.at(s);
+    SlotCold& c = table.cold(s);
+    ++r.generated;
+    c.last_token_ns = end_ns;
+    // Only think requests have a deadline (answers never go back to thinking).
+    if (r.phase == Phase::kThinkDecode) r.think_deadline_ns = think_deadline(r, c);
   }
 };
 

@@ -2,6 +2,8 @@
 // events applied before it, and exactly which requests ran or were preempted.
 // Notation in scheduler_rig.h.
 #include <functional>
+#include <limits>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -309,6 +311,52 @@ TEST(SchedulerTrace, ExitThinkReportedBeforeTheStepCompletesTakesEffectNextStep)
   EXPECT_EQ(rig.scheduler.view(2)->phase, Phase::kOutputDecode);
   EXPECT_EQ(rig.scheduler.view(2)->context_tokens, 5U);
   EXPECT_EQ(rig.step(), "o2 t1");
+}
+
+// An engine that runs more than the plan (vLLM schedules what the adapter
+// does not hold) reports what ran: a decode outside the plan advances its
+// request, a planned one absent from what ran does not, unknown ids (vLLM's
+// own prefills) are ignored.
+TEST(SchedulerTrace, EngineStepCountsWhatTheEngineRanNotWhatThePlanAsked) {
+  SchedulerRig rig(trace_options(), kCost);
+  for (RequestId id = 1; id <= 8; ++id) rig.add(id, 4);
+  rig.add(9, 4, false);
+  rig.step({}, kPrefillMs);
+  EXPECT_EQ(describe(rig.scheduler.schedule({}, rig.now_ns)), "o9 t1 t2 t3");
+  const std::int64_t first_token_ns = rig.now_ns;
+  rig.now_ns += 18'000'000;
+  const std::vector<RequestId> ran{9, 1, 2, 7, 99};  // 7 unplanned; 3 not run; 99 unknown
+  rig.scheduler.complete_engine_step(rig.now_ns, ran);
+  EXPECT_EQ(rig.scheduler.view(7)->context_tokens, 5U);
+  EXPECT_EQ(rig.scheduler.view(7)->generated_tokens, 2U);
+  EXPECT_EQ(rig.scheduler.view(7)->last_token_ns, rig.now_ns);
+  EXPECT_EQ(rig.scheduler.view(1)->context_tokens, 5U);
+  EXPECT_EQ(rig.scheduler.view(9)->context_tokens, 5U);
+  EXPECT_EQ(rig.scheduler.view(3)->context_tokens, 4U);
+  EXPECT_EQ(rig.scheduler.view(3)->last_token_ns, first_token_ns);
+  EXPECT_EQ(rig.scheduler.view(8)->generated_tokens, 1U);
+  EXPECT_FALSE(rig.scheduler.view(99).has_value());
+  // Reported once: a second report of the same plan changes nothing.
+  rig.scheduler.complete_engine_step(rig.now_ns, ran);
+  EXPECT_EQ(rig.scheduler.view(7)->context_tokens, 5U);
+}
+
+// The step-cost model learns from the features the engine reports (prefill
+// included), not from the plan's.
+TEST(SchedulerTrace, ObservedEngineStepsTeachTheCostModelTheEnginesFeatures) {
+  DualQueueScheduler scheduler(trace_options(), StepCostModel({1.0, 0.001, 0.0}, true, 0.98));
+  const StepCostModel truth({4.0, 0.05, 0.0}, false, 1.0);
+  std::uint64_t x = 7;
+  for (int i = 0; i < 300; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const std::uint64_t tokens = 16 + (x >> 33) % 2048;  // decodes plus a prefill chunk
+    const std::uint64_t kv = tokens * 4;
+    EXPECT_TRUE(scheduler.observe_step(tokens, kv, truth.predict_ms(tokens, kv)));
+  }
+  EXPECT_NEAR(scheduler.cost_model().predict_ms(1000, 4000), truth.predict_ms(1000, 4000), 0.5);
+  EXPECT_FALSE(scheduler.observe_step(10, 10, std::numeric_limits<double>::quiet_NaN()));
+  EXPECT_FALSE(scheduler.observe_step(10, 10, -1.0));
+  EXPECT_EQ(scheduler.counters().rejected_step_times, 2U);
 }
 
 // Fuzzing finding (fuzz/regressions/fuzz_scheduler): with a cost model that
