@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections import deque
 from collections.abc import Callable, Iterable
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -106,6 +107,57 @@ def step(sched: AsyncScheduler, choose: TokenChooser):
     return out, engine_out
 
 
+class TwoInFlight:
+    """Steps a scheduler as vLLM's engine core does on a GPU
+    (``EngineCore.step_with_batch_queue``, async scheduling): step N+1 is
+    scheduled while step N still runs, so every request scheduled at step N
+    still has an output placeholder when N+1 is planned; N's output is
+    applied only after N+1 was scheduled. Tokens are chosen when a step's
+    output comes back, by `choose`, as the model would sample them then.
+    ``sampled(r)`` may return several tokens (speculative decoding: the
+    accepted drafts and the bonus token)."""
+
+    def __init__(self, sched: AsyncScheduler, choose: TokenChooser,
+                 sampled: Callable[[Request, int], list[int]] | None = None) -> None:
+        self.sched = sched
+        self.choose = choose
+        self.sampled = sampled
+        self.queue: deque = deque()
+        self.outputs: list = []  # every SchedulerOutput, in order
+
+    def _apply(self) -> object:
+        out, samples = self.queue.popleft()
+        req_ids = list(out.num_scheduled_tokens)
+        tokens = []
+        for rid in req_ids:
+            r = self.sched.requests.get(rid)
+            if r is None or not samples[rid]:
+                tokens.append([])
+            elif self.sampled is not None:
+                tokens.append(self.sampled(r, len(out.scheduled_spec_decode_tokens.get(rid, ()))))
+            else:
+                tokens.append([self.choose(r)])
+        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                sampled_token_ids=tokens)
+        return self.sched.update_from_output(out, mro)
+
+    def step(self):
+        """Schedules one step; applies the oldest in-flight step's output once
+        two are in flight (or nothing was scheduled). Returns (the new
+        SchedulerOutput, the engine outputs applied or None)."""
+        out = self.sched.schedule()
+        self.outputs.append(out)
+        samples = {rid: not self.sched.requests[rid].is_prefill_chunk for rid in out.num_scheduled_tokens}
+        self.queue.append((out, samples))
+        if len(self.queue) < 2 and out.total_num_scheduled_tokens:
+            return out, None
+        return out, self._apply()
+
+    def drain(self) -> None:
+        while self.queue:
+            self._apply()
+
+
 def script(tokens_by_request: dict[str, Iterable[int]], default: int = WORD) -> TokenChooser:
     """Each request emits its scripted tokens in order, then `default`."""
     iters = {rid: iter(toks) for rid, toks in tokens_by_request.items()}
@@ -118,4 +170,4 @@ def script(tokens_by_request: dict[str, Iterable[int]], default: int = WORD) -> 
 
 
 __all__ = ["AsyncScheduler", "Request", "RequestStatus", "SamplingParams", "build", "request", "prompt",
-           "step", "script", "THINK", "END_THINK", "EOS", "TOOL_CALL", "WORD", "TINY_MODEL", "vllm_config"]
+           "step", "script", "TwoInFlight", "THINK", "END_THINK", "EOS", "TOOL_CALL", "WORD", "TINY_MODEL", "vllm_config"]

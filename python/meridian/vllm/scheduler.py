@@ -14,23 +14,31 @@ decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017):
    requests still prefilling (chat, then reasoning). So while a think-phase
    request runs, vLLM never preempts an answer-phase one.
 2. **Think decode throttling.** Think requests the plan leaves out this step
-   (the answer SLO's step ceiling is full) sit the step out: they are held out
-   of ``self.running`` during ``schedule()`` and put back afterwards (their KV
-   stays; vLLM's model runner keeps their state, as for any running request it
-   does not schedule). Only a request with no step in flight is held
-   (``num_output_placeholders == 0``): with async scheduling, a request whose
-   last token has not come back is always scheduled, so under async
-   scheduling throttling applies only to requests that were not scheduled in
-   the previous step, which in steady state is none (docs/deployment.md).
+   (the answer SLO's step ceiling is full) sit the step out through vLLM's own
+   per-request gate, ``Request.next_decode_eligible_step`` (what vLLM's
+   ``DiffusionAsyncScheduler`` sets from a subclass, and what V2 model runner
+   pipelining uses): they stay in ``self.running`` with their KV, so they
+   remain preemption victims, and vLLM's model runners keep their state as
+   for any running request a step does not schedule. This acts with two steps
+   in flight (vLLM's GPU default) as in lockstep: a request whose last token
+   has not come back yet can sit out a step too (ADR-0024). Under async
+   scheduling with speculative decoding a held request's draft placeholders
+   are dropped, as vLLM drops them at preemption, so it resumes with a plain
+   decode.
 3. **Token budget.** While answers stream, the step's token budget is the
    running decodes plus the prefill tokens the plan allows (what fits the
    output TPOT ceiling, at least ``min_prefill_tokens_per_step``), so a long
    prompt is chunked instead of stalling every stream.
 
 Phases come from the real ``PhaseRouter``, fed once per step with the tokens
-vLLM appended. The C++ scheduler sees each request from its first generated
-token on (a request is planned as a decode; prefill stays vLLM's), is told
-when vLLM preempts it and when it finishes.
+vLLM kept (an output vLLM drops as stale is not fed). The C++ scheduler sees
+each request from its first generated token on (a request is planned as a
+decode; prefill stays vLLM's), is told what vLLM actually scheduled each step
+(every decode, planned or not) and, when the step's output comes back, the
+step's measured time with the step's real features (every scheduled token,
+prefill chunks included, and their context), so its step-cost model learns
+what vLLM ran, not what the plan asked for. It is told when vLLM preempts a
+request, parks a resumable (streaming-input) session, and finishes one.
 
 Fail-safe: an exception in Meridian's code during a step leaves that step to
 vLLM's stock behaviour (the running list and budgets restored), is counted in
@@ -47,9 +55,9 @@ Thread-safety: like vLLM's scheduler, used from the engine core's one thread.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -58,7 +66,7 @@ from meridian._meridian import engine_step_boundaries
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.request import Request, RequestStatus
 
-from ._setup import resolve_setup, validate_extra_args
+from ._setup import MeridianSetupError, resolve_setup, validate_extra_args
 from ._telemetry import EngineTelemetry
 
 logger = logging.getLogger("meridian.vllm")
@@ -74,12 +82,29 @@ _UNLIMITED_BLOCKS = (1 << 63) - 1
 _PROMPT_TAIL = 256
 
 
+def _refuse_prose_markers(setup: Any) -> None:
+    """A preset that marks reasoning with prose (Granite 3.2: "Here is my
+    thought process:") has no think ids, and the engine core sees only ids:
+    every request would stay in the answer phase and Meridian would change
+    nothing while looking active. Refused, with what to do instead."""
+    model = setup.model
+    if model.think_start_token_ids or model.think_end_token_ids:
+        return
+    raise MeridianSetupError(
+        f"meridian: model preset {setup.model_name!r} marks reasoning with text, not token ids; "
+        "meridian.vllm.Scheduler sees only token ids in vLLM's engine core, so it cannot tell thinking "
+        "from answering for this model. Serve it without --scheduler-cls meridian.vllm.Scheduler "
+        "(ForceThinkEnd and the replay simulator support text markers), or use a preset with think "
+        "token ids (docs/deployment.md#compatibility).")
+
+
 class _Adapter:
     """Meridian's state beside one vLLM scheduler."""
 
     def __init__(self, sched: Scheduler) -> None:
         setup = resolve_setup(sched.vllm_config)
         self.setup = setup
+        _refuse_prose_markers(setup)
         # The planning clock (ns). The engine-in-the-loop replay (meridian.engine_replay)
         # points it at the simulated clock, so deadlines and step times are the simulator's.
         self.clock_ns: Callable[[], int] = time.monotonic_ns
@@ -113,7 +138,16 @@ class _Adapter:
         # them (a dict: a set's order of str ids would change with PYTHONHASHSEED,
         # and with it the core's queues, from one process to the next).
         self.pending: dict[str, None] = {}
-        self.last_ordered: list[Request] = []
+        # Scheduled steps whose output has not come back: (the SchedulerOutput,
+        # when it was scheduled, its tokens, its context tokens), oldest first.
+        self.in_flight: deque[tuple[Any, int, int, int]] = deque()
+        self.last_update_ns = 0
+        # Requests whose in-flight output vLLM will drop (a preemption or a
+        # parked session with a KV connector's drop mode): not fed to the router.
+        self.dropping: set[str] = set()
+        # Resumable sessions vLLM parked between two input chunks.
+        self.parked: set[str] = set()
+        self.fed: tuple[Any, Any] = ((), ())
         # The running list as the last step left it, to skip rewriting an
         # unchanged order (rebuilding it touches every request object, which
         # at 1,024 running costs more than the plan itself).
@@ -131,6 +165,8 @@ class _Adapter:
             "steps": 0,
             "fallbacks": 0,
             "throttled_decodes": 0,
+            "step_times_observed": 0,
+            "sessions_parked": 0,
             "budget_capped_steps": 0,
             "preempted_answer": 0,
             "preempted_think": 0,
@@ -179,6 +215,8 @@ class _Adapter:
         self.phase.pop(mid, None)
         self.no_throttle.discard(mid)
         self.pending.pop(request_id, None)
+        self.parked.discard(request_id)
+        self.dropping.discard(request_id)
         self.think_start.pop(mid, None)
         self.think_end.pop(mid, None)
         if mid in self.in_core:
@@ -186,18 +224,54 @@ class _Adapter:
             self.core.finish(mid)
         self.router.end(mid)
 
-    def preempted(self, request_id: str) -> None:
+    def preempted(self, request: Request) -> None:
         """vLLM preempted it: it leaves the C++ scheduler until it decodes again."""
-        mid = self.mid_of.get(request_id)
+        rid = request.request_id
+        mid = self.mid_of.get(rid)
         if mid is None:
             return
         self.running_dirty = True
+        if request.drop_stale_output and request.num_stale_output_tokens > 0:
+            self.dropping.add(rid)
         answer = self.phase.get(mid) == _OUTPUT
         self.stats["preempted_answer" if answer else "preempted_think"] += 1
         self.telemetry.preempted(answer)
         if mid in self.in_core:
             self.in_core.discard(mid)
             self.core.finish(mid)
+
+    def parked_session(self, request: Request) -> None:
+        """vLLM parked a resumable (streaming-input) session between two input
+        chunks: it waits for its next chunk, out of the running list. It
+        leaves the core and the router; it comes back, with its new prompt,
+        when vLLM schedules it again (_resume_sessions)."""
+        rid = request.request_id
+        mid = self.mid_of.get(rid)
+        if mid is None:
+            return
+        self.running_dirty = True
+        self.stats["sessions_parked"] += 1
+        self.parked.add(rid)
+        self.pending.pop(rid, None)
+        if request.drop_stale_output and request.num_stale_output_tokens > 0:
+            self.dropping.add(rid)
+        if mid in self.in_core:
+            self.in_core.discard(mid)
+            self.core.finish(mid)
+        self.router.end(mid)
+
+    def _resume_sessions(self, scheduled: Any) -> None:
+        for rid in [rid for rid in self.parked if rid in scheduled]:
+            self.parked.discard(rid)
+            mid = self.mid_of.get(rid)
+            r = self.requests.get(mid) if mid is not None else None
+            if r is None:
+                continue
+            prompt = r.prompt_token_ids or []
+            self.phase[mid] = self.router.begin(mid, list(prompt[-_PROMPT_TAIL:]))
+            if self.phase[mid] == _THINK:
+                self.think_start[mid] = 0
+            self.pending[rid] = None
 
     def kv_tiers(self, block_size: int) -> dict[str, int]:
         """vLLM's running KV mirrored into Meridian's tiers (docs/architecture.md
@@ -236,9 +310,10 @@ class _Adapter:
 
     # --- the step ---------------------------------------------------------
 
-    def before_schedule(self, sched: Scheduler) -> tuple[list[Request], int | None]:
-        """Plans the step and reorders ``sched.running``; returns the held
-        requests and the token budget to use (None: vLLM's)."""
+    def before_schedule(self, sched: Scheduler) -> tuple[int, int | None, int]:
+        """Plans the step, reorders ``sched.running`` and gates the think
+        decodes the plan leaves out; returns how many were held, the token
+        budget to use (None: vLLM's) and the prefill chunk cap (0: vLLM's)."""
         now = self.clock_ns()
         self.step_start_ns = time.time_ns()
         unplanned, order, prefill_budget, answers_active, predicted = self.core.plan_for_engine(
@@ -246,50 +321,63 @@ class _Adapter:
         self.predicted_ms = predicted
         reqs = self.requests
         running = sched.running
-        held: list[Request] = []
-        hold: set[int] = set()
+        held = 0
         if unplanned:
+            # schedule() advances current_step before it checks eligibility, so
+            # current_step + 2 skips this call only; max keeps a longer wait
+            # vLLM set itself (V2 model runner with pipeline parallelism).
+            skip_until = sched.current_step + 2
             no_throttle = self.no_throttle
             for mid in unplanned:
                 if mid in no_throttle:
                     continue
                 r = reqs[mid]
-                if r.num_output_placeholders == 0:
-                    hold.add(mid)
-                    held.append(r)
-            self.stats["throttled_decodes"] += len(held)
-        if (not hold and not self.running_dirty and running is self.prev_running and len(running) == self.prev_len
-                and order == self.prev_order):
-            # Same requests, same plan order, nothing held now or last step:
-            # vLLM's list is already in this order.
-            self.last_ordered = running
-            self.prev_order = order
-            return held, self._budget(sched, answers_active, len(running), prefill_budget)
-        ordered = [reqs[i] for i in order if i not in hold] if hold else [reqs[i] for i in order]
-        if len(ordered) + len(held) != len(running):
+                if r.next_decode_eligible_step < skip_until:
+                    r.next_decode_eligible_step = skip_until
+                if r.num_output_placeholders and r.spec_token_ids:
+                    # Async draft placeholders: the runner fills them from the
+                    # previous step's drafts, which a request that sits a step
+                    # out does not have. vLLM drops them at preemption too.
+                    r.spec_token_ids = []
+                held += 1
+            self.stats["throttled_decodes"] += held
+        decodes = len(running) - held
+        if not self.running_dirty and running is self.prev_running and len(running) == self.prev_len \
+                and order == self.prev_order:
+            # Same requests, same plan order: vLLM's list is already in it.
+            return held, self._budget(sched, answers_active, decodes, prefill_budget), prefill_budget
+        ordered = [reqs[i] for i in order]
+        if len(ordered) != len(running):
             # Requests the plan does not order yet: prefilling (vLLM's) or
-            # decoding their first planned token. Answer-phase before think,
-            # so the tail (the first victims) is reasoning still prefilling.
+            # decoding their first planned token. The tail is where vLLM takes
+            # victims, so the list follows the C++ victim order from the back:
+            # reasoning prefills first, then think requests (least progress
+            # first), then chat prefills, answers last (ADR-0017).
             known = set(ordered)
-            known.update(held)
             phase, mid_of = self.phase, self.mid_of
-            rest = [r for r in running if r not in known]
-            rest.sort(key=lambda r: phase.get(mid_of.get(r.request_id)) != _OUTPUT)
-            ordered.extend(rest)
+            chat: list[Request] = []
+            reasoning: list[Request] = []
+            for r in running:
+                if r not in known:
+                    (chat if phase.get(mid_of.get(r.request_id)) == _OUTPUT else reasoning).append(r)
+            answers = 0
+            for mid in order:
+                if phase.get(mid) != _OUTPUT:
+                    break
+                answers += 1
+            ordered[answers:answers] = chat
+            ordered.extend(reasoning)
         # The new list must hold exactly vLLM's running requests: as many, all
         # RUNNING (vLLM keeps every RUNNING request in its list, and the plan
         # names each request once). Otherwise: the fail-safe, not a guess.
-        if len(ordered) + len(held) != len(running) or not all(
-                r.status == _RUNNING for r in itertools.chain(ordered, held)):
-            raise RuntimeError(
-                f"running list out of sync: {len(ordered)} ordered + {len(held)} held vs {len(running)} running")
+        if len(ordered) != len(running) or not all(r.status == _RUNNING for r in ordered):
+            raise RuntimeError(f"running list out of sync: {len(ordered)} ordered vs {len(running)} running")
         running[:] = ordered
-        self.last_ordered = ordered
-        self.prev_order = order if not hold else None
+        self.prev_order = order
         self.prev_running = running
-        self.prev_len = len(ordered) + len(held)
-        self.running_dirty = bool(held)  # held requests come back at the end
-        return held, self._budget(sched, answers_active, len(ordered), prefill_budget)
+        self.prev_len = len(ordered)
+        self.running_dirty = False
+        return held, self._budget(sched, answers_active, decodes, prefill_budget), prefill_budget
 
     def _budget(self, sched: Scheduler, answers_active: bool, decodes: int, prefill_budget: int) -> int | None:
         """The step's token budget while answers stream (None: vLLM's own)."""
@@ -302,6 +390,9 @@ class _Adapter:
         return budget
 
     def after_schedule(self, sched: Scheduler, out: Any) -> None:
+        """Tells the core what vLLM scheduled: every decode of a request it
+        knows ran (planned or not), the rest did not; the step's features
+        wait with it for its output (after_update)."""
         now = self.clock_ns()
         self.stats["steps"] += 1
         scheduled = out.num_scheduled_tokens
@@ -312,38 +403,76 @@ class _Adapter:
             for rid in scheduled:
                 if rid in resumed:
                     self.pending[rid] = None
-        # What the plan ordered but vLLM did not schedule (budget, KV, limits)
-        # made no progress. A str's hash is cached and vLLM's keys are the
-        # requests' own id objects, so this is cheap.
+        if self.parked:
+            self._resume_sessions(scheduled)
+        # Context each scheduled token attends to: vLLM advanced
+        # num_computed_tokens in schedule(), so it is the context after the step.
+        reqs = sched.requests
         mid_of = self.mid_of
-        not_run = [mid_of[r.request_id] for r in self.last_ordered
-                   if r.request_id not in scheduled and r.request_id in mid_of]
-        # The step's wall time is the gap between two schedule() calls in
-        # steady state; anything far off (idle engine) is not a sample.
-        gap_ms = (now - self.last_schedule_ns) / 1e6 if self.last_schedule_ns else float("nan")
-        self.last_schedule_ns = now
-        bound = 5 * max(self.predicted_ms, 1.0)
-        observed = gap_ms if 0 < gap_ms < bound else float("nan")
-        self.core.complete_step(observed, now, not_run)
+        kv = 0
+        ran = []
+        for rid in scheduled:
+            kv += reqs[rid].num_computed_tokens
+            mid = mid_of.get(rid)
+            if mid is not None:
+                ran.append(mid)
+        self.core.complete_engine_step(now, ran)
+        self.in_flight.append((out, now, out.total_num_scheduled_tokens, kv))
         self.telemetry.step(self.core)
 
-    def before_update(self, model_runner_output: Any) -> None:
-        """Times the step's tokens for TTFT/TTFV/ITL, before vLLM's update
-        (which frees finished requests): a token is visible when its request
-        was answering before this step and it is not a think start."""
-        if model_runner_output.sampled_token_ids:
-            self.telemetry.tokens(model_runner_output.req_ids, model_runner_output.sampled_token_ids, self.mid_of,
-                                  self.phase, _THINK, self.think_start_ids)
+    def observe_step(self, scheduler_output: Any) -> None:
+        """The step's output is back: its time is from when it could start
+        (scheduled, and the previous step done) to now. Lockstep, that is
+        schedule-to-output; with two steps in flight, output-to-output."""
+        now = self.clock_ns()
+        q = self.in_flight
+        while q and q[0][0] is not scheduler_output:
+            q.popleft()  # a step whose output never came (an engine reset)
+        if not q:
+            return
+        _, scheduled_ns, tokens, kv = q.popleft()
+        start = max(scheduled_ns, self.last_update_ns)
+        self.last_update_ns = now
+        if tokens and now > start:
+            self.core.observe_step(tokens, kv, (now - start) / 1e6)
+            self.stats["step_times_observed"] += 1
 
-    def after_update(self, model_runner_output: Any) -> None:
-        """Feeds the step's boundary tokens to the router (one batch call),
-        applies phase changes, and lets requests that produced their first
-        token join the C++ scheduler."""
+    def before_update(self, sched: Scheduler, scheduler_output: Any, model_runner_output: Any) -> None:
+        """Before vLLM's update (which frees finished requests): times the
+        step, picks the outputs vLLM will keep, and times their tokens for
+        TTFT/TTFV/ITL (a token is visible when its request was answering
+        before this step and it is not a think start)."""
+        self.observe_step(scheduler_output)
+        req_ids, sampled = model_runner_output.req_ids, model_runner_output.sampled_token_ids
+        if self.dropping and sampled:
+            # vLLM drops the in-flight output of a request preempted (or a
+            # session parked) in drop mode while its share is not drained.
+            requests = sched.requests
+            drop = set()
+            for rid in list(self.dropping):
+                r = requests.get(rid)
+                if r is not None and r.drop_stale_output and r.num_stale_output_tokens > 0:
+                    drop.add(rid)
+                else:
+                    self.dropping.discard(rid)
+            if drop:
+                kept = [i for i, rid in enumerate(req_ids) if rid not in drop]
+                req_ids = [req_ids[i] for i in kept]
+                sampled = [sampled[i] for i in kept]
+        self.fed = (req_ids, sampled)
+        if sampled:
+            self.telemetry.tokens(req_ids, sampled, self.mid_of, self.phase, _THINK, self.think_start_ids)
+
+    def after_update(self) -> None:
+        """Feeds the step's kept boundary tokens to the router (one batch
+        call), applies phase changes, and lets requests that produced their
+        first token join the C++ scheduler."""
+        req_ids, sampled = self.fed
+        self.fed = ((), ())
         reqs = self.requests
         events = []
-        if model_runner_output.sampled_token_ids:
-            events = engine_step_boundaries(self.router, self.ids, model_runner_output.req_ids,
-                                            model_runner_output.sampled_token_ids, self.boundary_ids)
+        if sampled:
+            events = engine_step_boundaries(self.router, self.ids, list(req_ids), sampled, self.boundary_ids)
             for event in events:
                 mid = event.request_id
                 r = reqs.get(mid)
@@ -452,42 +581,46 @@ class Scheduler(AsyncScheduler):
         m = self.meridian
         if m is None:
             return super().schedule(throttle_prefills)
-        saved = (self.max_num_scheduled_tokens, self.max_num_running_reqs, self.max_num_active_reqs)
+        config = self.scheduler_config
+        saved = (self.max_num_scheduled_tokens, config.long_prefill_token_threshold)
         before = list(self.running)
-        held: list[Request] = []
         start = time.perf_counter_ns()
         try:
-            held, budget = m.before_schedule(self)
-            if held:
-                self.max_num_running_reqs -= len(held)
-                self.max_num_active_reqs -= len(held)
+            _, budget, prefill_cap = m.before_schedule(self)
             if budget is not None:
                 self.max_num_scheduled_tokens = budget
+                # Chat prefills sit ahead of think decodes (victim order): one
+                # chunk must not take the think decodes' share of a capped step.
+                if prefill_cap > 0 and not 0 < saved[1] <= prefill_cap:
+                    config.long_prefill_token_threshold = prefill_cap
         except Exception as e:  # noqa: BLE001 - the fail-safe
             m.failed("schedule (planning)", e)
             self.running[:] = before
-            held = []
-            self.max_num_scheduled_tokens, self.max_num_running_reqs, self.max_num_active_reqs = saved
+            self.max_num_scheduled_tokens, config.long_prefill_token_threshold = saved
         m.telemetry.meridian_ns += time.perf_counter_ns() - start
         try:
             out = super().schedule(throttle_prefills)
         finally:
-            if held:
-                self.running.extend(held)
-            self.max_num_scheduled_tokens, self.max_num_running_reqs, self.max_num_active_reqs = saved
+            self.max_num_scheduled_tokens, config.long_prefill_token_threshold = saved
         self._guarded("schedule (bookkeeping)", "after_schedule", self, out)
         return out
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        self._guarded("update_from_output (metrics)", "before_update", model_runner_output)
+        self._guarded("update_from_output (metrics)", "before_update", self, scheduler_output, model_runner_output)
         outputs = super().update_from_output(scheduler_output, model_runner_output)
-        self._guarded("update_from_output", "after_update", model_runner_output)
+        self._guarded("update_from_output", "after_update")
         self._guarded("metrics export", "sync_metrics", self)
         return outputs
 
     def _preempt_request(self, request: Request, timestamp: float, drop_stale_output: bool = False) -> None:
         super()._preempt_request(request, timestamp, drop_stale_output)
-        self._guarded("preemption bookkeeping", "preempted", request.request_id)
+        self._guarded("preemption bookkeeping", "preempted", request)
+
+    def _handle_stopped_request(self, request: Request) -> bool:
+        finished = super()._handle_stopped_request(request)
+        if not finished:  # a resumable session waits for its next input chunk
+            self._guarded("session bookkeeping", "parked_session", request)
+        return finished
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         result = super()._free_request(request, delay_free_blocks)

@@ -1,0 +1,285 @@
+"""meridian.vllm.Scheduler stepped as vLLM steps it on a GPU: two steps in
+flight (async scheduling, vLLM's default there), against the real vLLM 0.32
+scheduler classes (vllm_rig.TwoInFlight). Think decodes are held, outputs are
+exact, held requests stay preemptable, answers are never victims while think
+requests hold KV, and the core learns from what vLLM ran."""
+from __future__ import annotations
+
+import pytest
+
+vllm_rig = pytest.importorskip("vllm_rig", reason="needs the vLLM package (make setup installs it)")
+
+from vllm_rig import (  # noqa: E402
+    END_THINK, EOS, THINK, WORD, AsyncScheduler, RequestStatus, TwoInFlight, build, prompt, request, script)
+
+from meridian.vllm import Scheduler  # noqa: E402
+from meridian.vllm._setup import MeridianSetupError  # noqa: E402
+
+import meridian  # noqa: E402
+
+OUTPUT = meridian.Phase.OUTPUT_DECODE
+THINK_PHASE = meridian.Phase.THINK_DECODE
+
+
+@pytest.fixture(autouse=True)
+def isolated_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MERIDIAN_CONFIG", raising=False)
+    monkeypatch.delenv("MERIDIAN_MODEL", raising=False)
+
+
+def slow_model(tmp_path, monkeypatch) -> None:
+    """A static step-cost model in which only a few decodes fit the 20 ms
+    answer ceiling, so the plan leaves think decodes out."""
+    path = tmp_path / "meridian-test.toml"
+    path.write_text("[scheduler]\nstep_cost_online = false\nstep_cost_base_ms = 2.0\nstep_cost_per_token_ms = 1.0\n"
+                    "step_cost_per_kv_token_us = 0.0\nmin_prefill_tokens_per_step = 16\n")
+    monkeypatch.setenv("MERIDIAN_CONFIG", str(path))
+
+
+def collect(outputs, into: dict[str, list[int]]) -> None:
+    """The tokens vLLM delivered to clients, per request."""
+    if not outputs:
+        return
+    for eco in outputs.values():
+        for o in eco.outputs:
+            into.setdefault(o.request_id, []).extend(o.new_token_ids)
+
+
+def think_and_answer_workload(sched, n_think: int = 24, n_answer: int = 4, think_len: int = 60):
+    tokens = {}
+    for i in range(n_think):
+        sched.add_request(request(f"t{i}", prompt(16, i)))
+        tokens[f"t{i}"] = [THINK] + [WORD + (i + j) % 7 for j in range(think_len)] + [END_THINK, WORD, WORD, EOS]
+    for i in range(n_answer):
+        sched.add_request(request(f"a{i}", prompt(16, 100 + i)))
+        tokens[f"a{i}"] = [WORD + 11] * (think_len + 40) + [EOS]
+    return tokens
+
+
+def run_two_in_flight(sched, tokens: dict[str, list[int]], max_steps: int = 3000):
+    stepper = TwoInFlight(sched, script(tokens))
+    delivered: dict[str, list[int]] = {}
+    per_step: list[set[str]] = []
+    for _ in range(max_steps):
+        if not sched.requests:
+            break
+        out, outputs = stepper.step()
+        per_step.append(set(out.num_scheduled_tokens))
+        collect(outputs, delivered)
+    stepper.drain()
+    assert not sched.requests, "every request finished"
+    return delivered, per_step
+
+
+def test_think_decodes_are_held_with_two_steps_in_flight_and_outputs_are_exact(tmp_path, monkeypatch):
+    slow_model(tmp_path, monkeypatch)
+    sched = build(Scheduler)
+    tokens = think_and_answer_workload(sched)
+    delivered, per_step = run_two_in_flight(sched, tokens)
+    stats = sched.meridian_stats()
+    assert stats["throttled_decodes"] > 100
+    assert stats["fallbacks"] == 0
+    # Held requests really sat steps out while answers streamed.
+    assert any(len([r for r in s if r.startswith("t")]) < 24 and any(r.startswith("a") for r in s)
+               for s in per_step)
+    # Exact: each request delivered its script, no token lost, repeated or reordered.
+    assert delivered == tokens
+
+
+def test_stock_async_scheduler_holds_nothing_in_the_same_scenario(tmp_path, monkeypatch):
+    """The baseline (so the test above can fail): stock vLLM schedules every
+    running request every step."""
+    slow_model(tmp_path, monkeypatch)
+    sched = build(AsyncScheduler)
+    tokens = think_and_answer_workload(sched)
+    delivered, per_step = run_two_in_flight(sched, tokens)
+    assert delivered == tokens
+    meridian_sched = build(Scheduler)
+    run_two_in_flight(meridian_sched, think_and_answer_workload(meridian_sched))
+    # Meridian's run takes more steps: think decodes sat some out.
+    assert meridian_sched.meridian_stats()["steps"] > len(per_step)
+
+
+def test_held_requests_stay_in_the_running_list_and_keep_their_kv(tmp_path, monkeypatch):
+    slow_model(tmp_path, monkeypatch)
+    sched = build(Scheduler)
+    tokens = think_and_answer_workload(sched)
+    stepper = TwoInFlight(sched, script(tokens))
+    seen_held = 0
+    for _ in range(30):
+        out, _ = stepper.step()
+        scheduled = set(out.num_scheduled_tokens)
+        for r in sched.running:
+            if r.request_id not in scheduled and r.request_id.startswith("t"):
+                seen_held += 1
+                assert r.status == RequestStatus.RUNNING
+                assert sched.kv_cache_manager.get_block_ids(r.request_id)[0], "a held request keeps its KV"
+    assert seen_held > 0
+    assert len(sched.running) == 28
+
+
+def run_pressure_two_in_flight(cls, tmp_path, monkeypatch):
+    """24 think and 4 answer requests with KV for fewer, stepped two in
+    flight, with the slow model so think decodes are held while answers
+    stream: vLLM must preempt."""
+    slow_model(tmp_path, monkeypatch)
+    sched = build(cls, num_blocks=60)
+    victims: list[tuple[str, bool, bool, bool]] = []  # (id, answer victim, think holds KV, victim was held)
+
+    def thinking(r) -> bool:  # phases read from the tokens, the same way for both classes
+        return THINK in r.output_token_ids and END_THINK not in r.output_token_ids
+
+    orig = sched._preempt_request
+
+    def record(req, *a, **k):
+        answer = req.request_id.startswith("a") or END_THINK in req.output_token_ids
+        think_holds_kv = any(thinking(r) for r in sched.running if r is not req)
+        # schedule() advanced current_step; a held request is eligible only later.
+        was_held = req.next_decode_eligible_step > sched.current_step
+        victims.append((req.request_id, answer, think_holds_kv, was_held))
+        return orig(req, *a, **k)
+
+    sched._preempt_request = record
+    tokens = think_and_answer_workload(sched)
+    delivered, _ = run_two_in_flight(sched, tokens)
+    assert delivered == tokens, "outputs exact through preemption and recompute"
+    return sched, victims
+
+
+def test_held_think_requests_are_victims_and_no_answer_is_preempted_while_think_holds_kv(tmp_path, monkeypatch):
+    sched, victims = run_pressure_two_in_flight(Scheduler, tmp_path, monkeypatch)
+    assert victims, "the scenario must exhaust KV"
+    bad = [v for v in victims if v[1] and v[2]]
+    assert not bad, f"answer-phase victims while think requests held KV: {bad}"
+    assert any(v[3] for v in victims), "a held think request was taken as a victim"
+    stats = sched.meridian_stats()
+    assert stats["throttled_decodes"] > 0
+    assert stats["fallbacks"] == 0
+
+
+def test_stock_async_scheduler_preempts_answers_in_the_same_scenario(tmp_path, monkeypatch):
+    _, victims = run_pressure_two_in_flight(AsyncScheduler, tmp_path, monkeypatch)
+    assert [v for v in victims if v[1] and v[2]], "stock vLLM takes running[-1], answer-phase or not"
+
+
+def test_core_learns_step_times_from_what_vllm_ran(tmp_path, monkeypatch):
+    """Two in flight, each step's time is observed when its output comes
+    back, with the features vLLM scheduled (prefill included): no sample is
+    rejected and the learned model follows the clock."""
+    path = tmp_path / "meridian-test.toml"
+    path.write_text("[scheduler]\nstep_cost_online = true\n")
+    monkeypatch.setenv("MERIDIAN_CONFIG", str(path))
+    sched = build(Scheduler)
+    m = sched.meridian
+    clock = {"ns": 0}
+    m.clock_ns = lambda: clock["ns"]
+    tokens = think_and_answer_workload(sched, n_think=8, n_answer=2, think_len=40)
+    stepper = TwoInFlight(sched, script(tokens))
+    per_token_ms, base_ms = 0.05, 4.0
+    for _ in range(400):
+        if not sched.requests:
+            break
+        out, _ = stepper.step()
+        # The step scheduled now ends after its own cost (two in flight:
+        # output-to-output), as on a GPU whose queue never drains.
+        clock["ns"] += int((base_ms + per_token_ms * out.total_num_scheduled_tokens) * 1e6)
+    stepper.drain()
+    stats = sched.meridian_stats()
+    assert stats["step_times_observed"] > 50
+    assert m.core.counters.rejected_step_times == 0
+    predicted = m.core.cost_model.predict_ms(300, 0)
+    assert predicted == pytest.approx(base_ms + per_token_ms * 300, rel=0.35)
+
+
+def test_decodes_vllm_ran_beyond_the_plan_reach_the_core(tmp_path, monkeypatch):
+    """A request marked no-throttle runs every step even when the plan leaves
+    it out: the core counts each decode vLLM ran, planned or not."""
+    slow_model(tmp_path, monkeypatch)
+    sched = build(Scheduler)
+    for i in range(24):
+        args = {"meridian": {"throttle": False}} if i == 0 else None
+        sched.add_request(request(f"t{i}", prompt(16, i), extra_args=args))
+    sched.add_request(request("a", prompt(16, 99)))
+    stepper = TwoInFlight(sched, script({**{f"t{i}": [THINK] + [WORD] * 500 for i in range(24)},
+                                         "a": [WORD] * 500}))
+    runs = 0
+    for _ in range(40):
+        out, _ = stepper.step()
+        runs += "t0" in out.num_scheduled_tokens
+    m = sched.meridian
+    view = m.core.view(m.mid_of["t0"])
+    assert m.stats["throttled_decodes"] > 0
+    # Every step ran t0; the core saw each of its decodes (its first token
+    # came from the prefill step, which the core does not plan).
+    assert runs == 40
+    assert view.generated_tokens >= runs - 2
+
+
+def test_a_preempted_requests_dropped_output_is_not_fed_to_the_router():
+    """vLLM drops the in-flight output of a request preempted in drop mode (a
+    KV connector that delivers KV); a </think> in it must not flip the phase."""
+    sched = build(Scheduler)
+    sched.add_request(request("t", prompt(16, 1)))
+    sched.add_request(request("u", prompt(16, 2)))
+    tokens = {"t": [THINK] + [WORD] * 3 + [END_THINK] + [WORD] * 5 + [EOS],
+              "u": [THINK] + [WORD] * 30 + [EOS]}
+    stepper = TwoInFlight(sched, script(tokens))
+    for _ in range(4):  # prefill, then <think> and three think tokens delivered
+        stepper.step()
+    m = sched.meridian
+    assert m.phase[m.mid_of["t"]] == THINK_PHASE
+    r = sched.requests["t"]
+    assert r.num_output_placeholders > 0  # its next token (</think>) is in flight
+    sched.running.remove(r)
+    sched._preempt_request(r, 0.0, drop_stale_output=True)
+    stepper.step()  # applies the in-flight step: vLLM drops t's </think>
+    assert END_THINK not in sched.requests["t"].output_token_ids
+    assert m.phase[m.mid_of["t"]] == THINK_PHASE
+    assert m.stats["fallbacks"] == 0
+
+
+def test_a_resumable_session_is_parked_and_resumes_without_fallback():
+    sched = build(Scheduler)
+    r = request("s", prompt(16, 3))
+    r.resumable = True
+    sched.add_request(r)
+    sched.add_request(request("o", prompt(16, 4)))
+    tokens = {"s": [THINK, WORD, END_THINK, WORD, EOS, THINK, WORD, WORD, END_THINK, WORD, EOS],
+              "o": [WORD] * 40 + [EOS]}
+    stepper = TwoInFlight(sched, script(tokens))
+    for _ in range(10):
+        stepper.step()
+    m = sched.meridian
+    s = sched.requests["s"]
+    assert s.status == RequestStatus.WAITING_FOR_STREAMING_REQ
+    assert m.stats["sessions_parked"] == 1
+    assert m.mid_of["s"] not in m.in_core
+    # The next input chunk arrives: the session resumes and is tracked again.
+    nxt = request("s", prompt(8, 5))
+    nxt.resumable = True
+    sched.add_request(nxt)
+    for _ in range(12):
+        stepper.step()
+    assert m.stats["fallbacks"] == 0
+    # The second turn was tracked: its </think> was seen, and it parked again.
+    assert m.stats["phase_exits"] == 2
+    assert m.stats["sessions_parked"] == 2
+
+
+def test_granite_text_markers_are_refused_at_start_up(monkeypatch):
+    monkeypatch.setenv("MERIDIAN_MODEL", "granite_3_2")
+    with pytest.raises(MeridianSetupError, match="marks reasoning with text, not token ids"):
+        build(Scheduler, reasoning_parser=None)
+
+
+def test_eos_is_exact_for_answers_under_two_in_flight():
+    """Chat requests only: Meridian changes nothing vLLM delivers."""
+    sched = build(Scheduler)
+    tokens = {}
+    for i in range(6):
+        sched.add_request(request(f"c{i}", prompt(20, i)))
+        tokens[f"c{i}"] = [WORD + i] * (10 + i) + [EOS]
+    delivered, _ = run_two_in_flight(sched, tokens)
+    assert delivered == tokens
