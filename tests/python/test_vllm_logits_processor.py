@@ -126,7 +126,7 @@ def v1(vllm_config) -> ForceThinkEnd:
 # -- loaders ------------------------------------------------------------------------
 
 
-def test_v1_loader_builds_it_from_the_class_the_fqcn_and_the_entry_point(vllm_config, meridian_toml):
+def test_v1_loader_builds_it_from_the_class_and_the_fqcn_only(vllm_config, meridian_toml):
     from vllm.exceptions import VLLMValidationError
     from vllm.v1.sample.logits_processor import (
         _load_custom_logitsprocs,
@@ -135,14 +135,18 @@ def test_v1_loader_builds_it_from_the_class_the_fqcn_and_the_entry_point(vllm_co
         validate_logits_processors_parameters,
     )
 
-    assert ForceThinkEnd in _load_logitsprocs_plugins()  # installed entry point
+    assert ForceThinkEnd not in _load_logitsprocs_plugins()  # no entry point: opt-in only (issue #26)
     assert _load_custom_logitsprocs(("meridian.vllm:ForceThinkEnd",))[-1] is ForceThinkEnd
     procs = build_logitsprocs(vllm_config, torch.device("cpu"), False, False, [ForceThinkEnd])
     ours = [p for p in procs.non_argmax_invariant if isinstance(p, ForceThinkEnd)]
-    assert ours and all(p.model == "qwen3" and p.end_token_id == END_THINK for p in ours)
-    # The entry point and the flag both load it: one instance works, the other stays idle.
-    assert len(ours) == 2 and sum("idle duplicate" not in repr(p) for p in ours) == 1
+    assert len(ours) == 1 and ours[0].model == "qwen3" and ours[0].end_token_id == END_THINK
     assert not [p for p in procs.argmax_invariant if isinstance(p, ForceThinkEnd)]
+    # Listed twice (for a new engine config): one instance works, the other stays idle.
+    vllm_config = VllmConfig(model_config=vllm_config.model_config)
+    procs = build_logitsprocs(vllm_config, torch.device("cpu"), False, False,
+                              ["meridian.vllm:ForceThinkEnd", "meridian.vllm.logits_processor:ForceThinkEnd"])
+    ours = [p for p in procs.non_argmax_invariant if isinstance(p, ForceThinkEnd)]
+    assert len(ours) == 2 and sum("idle duplicate" not in repr(p) for p in ours) == 1
     bad = r"extra_args\.meridian\.max_think_tokens must be an integer >= 1; got -3"
     with pytest.raises(VLLMValidationError, match=bad):
         validate_logits_processors_parameters([ForceThinkEnd], params(max_think_tokens=-3))
@@ -156,10 +160,12 @@ def test_v2_loader_builds_it_and_validates_params(vllm_config, meridian_toml, v2
         build_custom_logits_processors_params_validator,
     )
 
-    assert ForceThinkEnd in _load_v2_logitsprocs_plugins()
+    assert ForceThinkEnd not in _load_v2_logitsprocs_plugins()
     procs = build_custom_logits_processors(vllm_config, v2_states, False, ["meridian.vllm:ForceThinkEnd"])
-    assert procs and all(isinstance(p, ForceThinkEnd) and "runner=v2" in repr(p) for p in procs)
-    # The entry point and the flag both load it: one instance works, the other stays idle.
+    assert len(procs) == 1 and isinstance(procs[0], ForceThinkEnd) and "runner=v2" in repr(procs[0])
+    assert procs[0].model == "qwen3"
+    vllm_config = VllmConfig(model_config=vllm_config.model_config)  # a new engine: listed twice
+    procs = build_custom_logits_processors(vllm_config, v2_states, False, ["meridian.vllm:ForceThinkEnd"] * 2)
     assert len(procs) == 2 and sum("idle duplicate" not in repr(p) for p in procs) == 1
     validate = build_custom_logits_processors_params_validator([ForceThinkEnd])
     validate(params(max_think_tokens=8))
@@ -193,11 +199,14 @@ def test_model_preset_follows_the_served_model(vllm_config, meridian_toml, monke
         before, after = run.step()
         assert torch.equal(before, after)
     assert inert.counters.requests_tracked == 0
-    # $MERIDIAN_MODEL names the preset; it must exist and fit the served tokenizer.
+    # $MERIDIAN_MODEL names the preset; it must exist and fit the served tokenizer: the ids
+    # vLLM derived from it (--reasoning-parser), or else their decoding with it.
     monkeypatch.setenv("MERIDIAN_MODEL", "deepseek_r1")
-    assert (v1(vllm_config).model, v1(vllm_config).end_token_id) == ("deepseek_r1", 128799)
     with pytest.raises(ValueError, match=r"</think> is \[128799\] in the preset but \[151668\]"):
         v1(qwen3)
+    monkeypatch.setenv("MERIDIAN_MODEL", "deepseek_r1_distill_qwen")
+    with pytest.raises(ValueError, match=r"\[151649\] is '<\|box_end\|>' in the served tokenizer, not '</think>'"):
+        v1(vllm_config)
     monkeypatch.setenv("MERIDIAN_MODEL", "qwen4")
     with pytest.raises(ValueError, match="MERIDIAN_MODEL='qwen4' is not a model preset"):
         v1(vllm_config)
@@ -402,30 +411,31 @@ def test_fail_safe_leaves_logits_untouched_counts_and_logs_once(vllm_config, mer
     proc = v1(vllm_config)
     run = V1Runner(proc)
     run.add(0, params())
+    router = proc._core.router
 
-    class BrokenProbe:
-        def compute_batch(self, *args, **kwargs):
-            raise RuntimeError("probe kernel failed")
+    class BrokenRouter:  # Meridian's code raises inside apply() (the probe has its own fallback)
+        def on_tokens(self, *args, **kwargs):
+            raise RuntimeError("router failed")
 
-        def release(self, req_id: int) -> bool:
-            return False
+        def __getattr__(self, name):
+            return getattr(router, name)
 
-    proc._core.probe = BrokenProbe()  # Meridian's code raises inside apply()
+    proc._core.router = BrokenRouter()
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="meridian.vllm"):
-        for _ in range(2):
+        for _ in range(6):  # past the cap of 4: the step is left to vLLM
             before, after = run.step()
             assert torch.equal(before, after)
     records = [r for r in caplog.records if r.name == "meridian.vllm"]
     assert len(records) == 1 and records[0].levelno == logging.ERROR
-    assert "probe kernel failed" in records[0].getMessage()
+    assert "ForceThinkEnd.apply raised RuntimeError: router failed" in records[0].getMessage()
     c = proc.counters
-    assert (c.probe_errors, c.fallbacks) == (2, 2)
+    assert (c.probe_errors, c.fallbacks, c.forced_rows) == (0, 5, 0)  # the first step has no new token
     # A broken batch update is survived as well: the processor forgets the
     # batch (stock behaviour for those rows) and keeps serving new requests.
+    proc._core.router = router
     proc.update_state(BatchUpdate(2, [], [(1, object(), PROMPT, [])], []))
-    assert proc.counters.fallbacks == 3
-    proc._core.probe = None
+    assert proc.counters.fallbacks == 6
     fresh = run.add(1, params(max_think_tokens=1))
     run.step()
     _, after = run.step()
@@ -540,6 +550,10 @@ def commit(states, slot: int, token: int) -> None:
 
 
 def context(states, slots, local_pos=None, pos=None):
+    """The step's LogitsContext as Model Runner V2 builds it: ``slots`` and
+    ``local_pos`` per logits row (a request with drafts has several rows),
+    ``idx_mapping`` and the host upper bound of the sequence lengths per
+    request."""
     from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
 
     slots_t = torch.tensor(slots, dtype=torch.int32)
@@ -547,14 +561,17 @@ def context(states, slots, local_pos=None, pos=None):
         pos = [int(states.total_len.gpu[s]) - 1 for s in slots]
     pos_t = torch.tensor(pos, dtype=torch.int64)
     input_ids = torch.stack([states.all_token_ids.gpu[s, p] for s, p in zip(slots, pos)]).to(torch.int32)
+    reqs = list(dict.fromkeys(slots))  # one entry per request, in batch order
+    upper = [max(p for s, p in zip(slots, pos) if s == r) + 1 for r in reqs]
+    reqs_t = torch.tensor(reqs, dtype=torch.int32)
     return LogitsContext(
         expanded_idx_mapping=slots_t,
-        idx_mapping=slots_t,
-        idx_mapping_np=slots_t.numpy(),
+        idx_mapping=reqs_t,
+        idx_mapping_np=reqs_t.numpy(),
         expanded_local_pos=torch.tensor(local_pos or [0] * len(slots), dtype=torch.int32),
         input_ids=input_ids,
         pos=pos_t,
-        seq_lens_upper_bound_np=(pos_t + 1).numpy().astype(np.int32),
+        seq_lens_upper_bound_np=np.array(upper, dtype=np.int32),
     )
 
 

@@ -32,8 +32,12 @@ logger = logging.getLogger("meridian.vllm")
 #: Router and probe run without their own min/max (per-request limits are
 #: applied here); this stands for "no limit".
 UNBOUNDED_THINK_TOKENS = 1 << 62
-#: The preset used when vLLM has no reasoning parser and $MERIDIAN_MODEL is unset.
+#: The preset used when vLLM has no reasoning parser and $MERIDIAN_MODEL is unset
+#: (only once the served tokenizer confirmed its ids: ``check_think_ids``).
 DEFAULT_MODEL = "qwen3"
+#: What a preset's think start and end ids must decode to with the served
+#: tokenizer, unless vLLM derived the ids itself (from its reasoning parser).
+THINK_MARKERS = ("<think>", "</think>")
 
 _REASON_NAMES = {
     meridian.ForceReason.CONVERGED: "converged",
@@ -55,11 +59,16 @@ class ForcingCounters:
     logits rows masked (a force pending for several steps counts once per
     step); ``forced_landed`` counts forced ``</think>`` tokens seen in the
     output; ``held_by_tool_call`` counts steps in which a due force waited
-    for an open tool call; ``probe_errors`` counts exceptions raised by the
-    entropy probe; ``fallbacks`` counts calls (``apply``/``update_state``/
-    ``add_request``) in which an exception left vLLM's stock behaviour in
-    place; ``resyncs`` counts requests whose token history had to be
-    replayed (output tokens discarded by the engine, or router state lost).
+    for an open tool call; ``probe_errors`` counts steps in which the entropy
+    probe raised (that step's entropy signals are skipped: only the hard cap
+    forces; a failure of the CUDA kernel moves the probe to the CPU kernel);
+    ``probe_on_host`` says whether the probe now runs on the CPU kernel on a
+    host copy of the think rows (the CUDA kernel failed or is not built);
+    ``fallbacks`` counts calls (``apply``/``update_state``/``add_request``)
+    in which an exception left vLLM's stock behaviour in place, and probe
+    failures (the ``meridian_failsafe_fallbacks_total`` metric);
+    ``resyncs`` counts requests whose token history had to be replayed
+    (output tokens discarded by the engine, or router state lost).
     """
 
     forced: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_REASON_NAMES.values(), 0))
@@ -67,6 +76,7 @@ class ForcingCounters:
     forced_landed: int = 0
     held_by_tool_call: int = 0
     probe_errors: int = 0
+    probe_on_host: bool = False
     fallbacks: int = 0
     requests_tracked: int = 0
     resyncs: int = 0
@@ -111,30 +121,105 @@ def _served_reasoning_parser(vllm_config: Any) -> str:
     return ""
 
 
-def resolve_model(vllm_config: Any) -> tuple[meridian.MeridianConfig, str | None]:
-    """Meridian's config and the model preset for the served model, chosen
-    as Meridian's scheduler chooses it (``_setup.resolve_setup``:
-    ``$MERIDIAN_MODEL``, else the preset of vLLM's ``--reasoning-parser``
-    whose think ids match the served tokenizer).
+def _vllm_verified_ids(vllm_config: Any) -> bool:
+    """Whether vLLM derived both think ids from the served tokenizer (its
+    reasoning parser's strings, encoded): ``resolve_setup`` then compared the
+    preset's ids with them."""
+    _, start, end = _setup._served_reasoning(vllm_config)
+    return start is not None and end is not None
 
-    Where the scheduler would refuse to start, the processor is more
-    lenient, because installing the package loads it into every vLLM engine
-    of the environment: without ``--reasoning-parser`` (and no
-    ``$MERIDIAN_MODEL``) it uses ``qwen3``; when no preset matches the served
-    reasoning parser it logs the reason and returns None (the processor then
-    leaves every request alone). An invalid meridian.toml, or a
-    ``$MERIDIAN_MODEL`` that does not fit, is an error.
+
+def _served_tokenizer(model_config: Any) -> Any:
+    """The served model's tokenizer, loaded the way vLLM loads it (also when
+    vLLM itself skips it: ``skip_tokenizer_init``)."""
+    from vllm.tokenizers.registry import cached_get_tokenizer
+
+    return cached_get_tokenizer(
+        model_config.tokenizer,
+        runner_type=model_config.runner_type,
+        tokenizer_mode=model_config.tokenizer_mode,
+        revision=model_config.tokenizer_revision,
+        trust_remote_code=model_config.trust_remote_code,
+    )
+
+
+#: (tokenizer, mode, revision, start ids, end ids) -> the problem found, or "".
+_VERIFIED: dict[tuple[Any, ...], str] = {}
+
+
+def check_think_ids(vllm_config: Any, model: Any) -> str | None:
+    """None when the served tokenizer decodes the preset's think ids to the
+    think markers (``<think>``, ``</think>``); else what disagrees. The ids
+    are also checked against the served vocabulary size."""
+    model_config = getattr(vllm_config, "model_config", None)
+    start, end = list(model.think_start_token_ids), list(model.think_end_token_ids)
+    if model_config is None:
+        return "vLLM's config has no model_config to check the think ids against"
+    vocab = int(model_config.get_vocab_size())
+    outside = [t for t in start + end if not 0 <= t < vocab]
+    if outside:
+        return f"think ids {outside} are outside the served vocabulary of {vocab} tokens"
+    key = (str(model_config.tokenizer), model_config.tokenizer_mode, model_config.tokenizer_revision,
+           tuple(start), tuple(end))
+    if key not in _VERIFIED:
+        try:
+            tokenizer = _served_tokenizer(model_config)
+            problems = []
+            for ids, marker in ((start, THINK_MARKERS[0]), (end, THINK_MARKERS[1])):
+                if not ids:
+                    continue
+                text = tokenizer.decode(ids, skip_special_tokens=False)
+                if text.strip() != marker:
+                    problems.append(f"{ids} is {text!r} in the served tokenizer, not {marker!r}")
+            _VERIFIED[key] = "; ".join(problems)
+        except Exception as exc:  # noqa: BLE001 - no tokenizer: cannot verify, so do not force
+            return (f"the served tokenizer ({model_config.tokenizer}) could not be loaded to check the think "
+                    f"ids ({type(exc).__name__}: {exc})")
+    return _VERIFIED[key] or None
+
+
+def resolve_model(vllm_config: Any) -> tuple[meridian.MeridianConfig, str | None]:
+    """Meridian's config and the model preset for the served model, or None
+    (the processor is then inert).
+
+    Only engines that list the processor (``--logits-processors``) build
+    it; there an invalid meridian.toml is an error (``MeridianSetupError``).
+    The preset is chosen as Meridian's scheduler chooses it
+    (``_setup.resolve_setup``: ``$MERIDIAN_MODEL``, else the preset of
+    vLLM's ``--reasoning-parser`` whose think ids match the ids vLLM derived
+    from the served tokenizer); without ``--reasoning-parser`` (and no
+    ``$MERIDIAN_MODEL``) it is ``qwen3``. Unless vLLM derived both think ids
+    from the served tokenizer, they are checked by decoding them with the
+    served tokenizer (``check_think_ids``): they must read ``<think>`` and
+    ``</think>``. A preset named by ``$MERIDIAN_MODEL`` that is unknown or
+    fails a check is an error; otherwise a preset that cannot be chosen or
+    fails a check is logged once (logger ``meridian.vllm``) and the
+    processor leaves every request alone.
     """
     config, _ = _setup.load_meridian_config()  # raises on an invalid file
+    explicit = bool(os.environ.get(_setup.MODEL_ENV, "").strip())
     try:
-        return config, _setup.resolve_setup(vllm_config).model_name
+        model = _setup.resolve_setup(vllm_config).model_name
+        verified = _vllm_verified_ids(vllm_config)
     except _setup.MeridianSetupError as exc:
-        if os.environ.get(_setup.MODEL_ENV, "").strip():
+        if explicit:
             raise
-        if not _served_reasoning_parser(vllm_config):
-            return config, DEFAULT_MODEL
-        logger.error("%s ForceThinkEnd leaves every request alone.", exc)
-        return config, None
+        if _served_reasoning_parser(vllm_config):
+            logger.error("%s ForceThinkEnd leaves every request alone.", exc)
+            return config, None
+        model, verified = DEFAULT_MODEL, False
+    if not verified:
+        problem = check_think_ids(vllm_config, config.model(model))
+        if problem:
+            message = f"meridian: model preset {model!r} does not match the served tokenizer: {problem}."
+            if explicit:
+                raise _setup.MeridianSetupError(
+                    f"{message} Set ${_setup.MODEL_ENV} to the right preset or correct [model.{model}].")
+            logger.error(
+                "%s ForceThinkEnd leaves every request alone (start vLLM with the model's --reasoning-parser, "
+                "or set $%s to a preset for this model).", message, _setup.MODEL_ENV)
+            return config, None
+    return config, model
 
 
 def _extra_eos(vllm_config: Any) -> list[int]:
@@ -161,7 +246,7 @@ def _make_probe(config: meridian.MeridianConfig, model: str, end_ids: Sequence[i
 class ForcingCore:
     """Router, probe and forcing decisions for one processor instance."""
 
-    def __init__(self, vllm_config: Any) -> None:
+    def __init__(self, vllm_config: Any, device: torch.device | None = None) -> None:
         cfg, model = resolve_model(vllm_config)
         self.model = model
         end_ids = list(cfg.model(model).think_end_token_ids) if model is not None else []
@@ -181,6 +266,7 @@ class ForcingCore:
         self._by_rid: dict[int, TrackedRequest] = {}
         self._ids = itertools.count(1)
         self._logged_failure = False
+        self._logged_probe_failure = False
         if self.end_id is None:
             if model is not None:
                 logger.warning(
@@ -196,6 +282,14 @@ class ForcingCore:
         self.router = meridian.PhaseRouter(cfg, model, _extra_eos(vllm_config))
         if cfg.entropy.enabled:
             self.probe = _make_probe(cfg, model, end_ids)
+        if self.probe is not None and device is not None and torch.device(device).type == "cuda":
+            cuda_available = getattr(type(self.probe), "cuda_available", None)
+            if cuda_available is not None and not cuda_available():
+                self.counters.probe_on_host = True
+                logger.warning(
+                    "meridian.vllm: this meridian build has no usable CUDA kernel for the entropy probe; "
+                    "ForceThinkEnd probes on the CPU kernel (one host copy of the think rows per step). "
+                    "Install a wheel built with CUDA, or set entropy.enabled = false for the hard cap only.")
 
     @property
     def active(self) -> bool:
@@ -328,7 +422,14 @@ class ForcingCore:
         self, logits: torch.Tensor, think: Sequence[tuple[int, TrackedRequest]], snaps: Sequence[Any]
     ) -> list[Any]:
         """One ``compute_batch`` over the think rows with a new token since
-        their last probe and no force pending; None for the others."""
+        their last probe and no force pending; None for the others.
+
+        Never raises: when the probe fails, the hard cap and the per-request
+        limits still apply (the caller decides them without signals). A
+        ``KernelError`` on device logits moves the probe to the CPU kernel
+        for good (this step is retried there); any other failure skips this
+        step's signals. Counted in ``probe_errors`` and ``fallbacks``; the
+        first one is logged."""
         signals: list[Any] = [None] * len(think)
         if self.probe is None:
             return signals
@@ -339,23 +440,53 @@ class ForcingCore:
         ]
         if not picked:
             return signals
+        ids = [think[i][1].rid for i in picked]
+        rows = [think[i][0] for i in picked]
+        kwargs = {
+            # The row is the distribution of the next think token: the
+            # probe counts it ("this token included").
+            "think_tokens": [snaps[i].think_tokens + 1 for i in picked],
+            "tool_call_open": [snaps[i].tool_call_open for i in picked],
+        }
         try:
-            results = self.probe.compute_batch(
-                [think[i][1].rid for i in picked],
-                logits,
-                rows=[think[i][0] for i in picked],
-                # The row is the distribution of the next think token: the
-                # probe counts it ("this token included").
-                think_tokens=[snaps[i].think_tokens + 1 for i in picked],
-                tool_call_open=[snaps[i].tool_call_open for i in picked],
-            )
-        except Exception:
-            self.counters.probe_errors += 1
-            raise
+            try:
+                if self.counters.probe_on_host and logits.device.type != "cpu":
+                    results = self._probe_on_host(logits, ids, rows, kwargs)
+                else:
+                    results = self.probe.compute_batch(ids, logits, rows=rows, **kwargs)
+            except meridian.KernelError as exc:
+                if self.counters.probe_on_host or logits.device.type == "cpu":
+                    raise
+                self.counters.probe_on_host = True
+                self._probe_failed(exc, "its CUDA kernel failed; it runs on the CPU kernel from now on "
+                                        "(one host copy of the think rows per step)")
+                results = self._probe_on_host(logits, ids, rows, kwargs)
+        except Exception as exc:  # noqa: BLE001 - the hard cap must not depend on the probe
+            self._probe_failed(exc, "this step's entropy signals are skipped; the hard cap and the "
+                                    "per-request limits still apply")
+            return signals
         for i, signal in zip(picked, results):
             think[i][1].probed_at = think[i][1].fed
             signals[i] = signal
         return signals
+
+    def _probe_on_host(self, logits: torch.Tensor, ids: list[int], rows: list[int], kwargs: dict) -> list[Any]:
+        index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+        host = logits.index_select(0, index).cpu()
+        return self.probe.compute_batch(ids, host, rows=list(range(len(rows))), **kwargs)
+
+    def _probe_failed(self, exc: BaseException, consequence: str) -> None:
+        """Count a probe failure; log the first one (with its traceback)."""
+        self.counters.probe_errors += 1
+        self.counters.fallbacks += 1
+        if self._logged_probe_failure:
+            return
+        self._logged_probe_failure = True
+        logger.error(
+            "meridian.vllm: ForceThinkEnd's entropy probe raised %s: %s; %s (later failures are only "
+            "counted in .counters.probe_errors and meridian_failsafe_fallbacks_total)",
+            type(exc).__name__, exc, consequence, exc_info=exc,
+        )
 
     def fail(self, where: str, exc: BaseException) -> None:
         """Count an exception that left vLLM's stock behaviour in place; log

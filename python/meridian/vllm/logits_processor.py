@@ -3,8 +3,19 @@
     vllm serve Qwen/Qwen3-8B --reasoning-parser qwen3 \\
       --logits-processors meridian.vllm:ForceThinkEnd
 
-(installing the ``meridian`` package also registers it under vLLM's
-``vllm.logits_processors`` entry point, so vLLM loads it without the flag.)
+Opt-in: vLLM builds it only in engines that list it (``--logits-processors``,
+or ``LLM(logits_processors=[...])``). The package registers no
+``vllm.logits_processors`` entry point (vLLM would load one into every engine
+of the environment), so installing Meridian changes nothing in an engine that
+does not ask for it: no forcing, no ``extra_args`` validation, and an invalid
+``meridian.toml`` is reported only by engines that enabled a Meridian part.
+
+Where it is listed, it forces only with a model preset whose think ids fit
+the served model (``_lp_core.resolve_model``): vLLM derived them from the
+served tokenizer (``--reasoning-parser``), or the served tokenizer decodes
+them to ``<think>`` and ``</think>``. Otherwise it logs why once and stays
+inert (``model`` is None): ``add_request`` returns False and ``apply``
+returns at once.
 
 What it does, per request in the batch:
 
@@ -12,7 +23,8 @@ What it does, per request in the batch:
   Meridian's C++ ``PhaseRouter`` for the model preset of the served model,
   chosen as Meridian's scheduler chooses it (``$MERIDIAN_MODEL``, else the
   preset of vLLM's ``--reasoning-parser`` whose think ids match the served
-  tokenizer; ``qwen3`` when vLLM has no reasoning parser), configured from
+  tokenizer; ``qwen3`` when vLLM has no reasoning parser and the served
+  tokenizer confirms its ids), configured from
   ``meridian.toml`` found the usual way (``$MERIDIAN_CONFIG``,
   ``./meridian.toml``, ``~/.config/meridian/meridian.toml``, else defaults);
 * for the rows still thinking, computes the entropy signals with one
@@ -49,7 +61,12 @@ What it does not do:
 * it never raises into the engine: an exception inside Meridian's code
   leaves that step's logits (or that batch update) as vLLM made them, is
   counted in ``counters.fallbacks`` and logged once on logger
-  ``meridian.vllm``.
+  ``meridian.vllm``;
+* the hard cap and the per-request limits never depend on the entropy
+  probe: when the probe raises, that step forces on the hard cap only
+  (``counters.probe_errors``, logged once); when its CUDA kernel fails, or
+  this build has none, the probe runs on the CPU kernel on a host copy of
+  the think rows (``counters.probe_on_host``).
 
 One class serves both of vLLM 0.32's interfaces: the legacy V1 one
 (``__init__(vllm_config, device, is_pin_memory)``, ``update_state``,
@@ -87,10 +104,9 @@ __all__ = ["ForceThinkEnd", "ForcingCounters"]
 
 logger = logging.getLogger("meridian.vllm")
 
-# With the entry point installed and --logits-processors given as well, vLLM
-# builds two instances for one engine. The first one per (engine config,
-# runner interface) works; later ones stay idle and report its counters, so
-# the probe runs once.
+# Listed twice (e.g. under two spellings), vLLM builds two instances for one
+# engine. The first one per (engine config, runner interface) works; later
+# ones stay idle and report its counters, so the probe runs once.
 _ACTIVE: dict[tuple[int, str], tuple[weakref.ref, weakref.ref]] = {}
 
 
@@ -138,13 +154,13 @@ class ForceThinkEnd(V1LogitsProcessor, V2LogitsProcessor):
             self._idle = True
             self._core = active._core
             self.device = active.device
-            logger.info("meridian: ForceThinkEnd is loaded twice for this engine (the entry point and "
-                        "--logits-processors); the second instance stays idle")
+            logger.info("meridian: ForceThinkEnd is loaded twice for this engine; the second instance "
+                        "stays idle")
             return
-        self._core = ForcingCore(vllm_config)
         if isinstance(device_or_req_states, LogitsProcRequestState):
-            self._v2 = V2Slots(self._core, device_or_req_states)
             self.device = device_or_req_states.device
+            self._core = ForcingCore(vllm_config, self.device)
+            self._v2 = V2Slots(self._core, device_or_req_states)
         else:
             if is_pin_memory is None:
                 raise TypeError(
@@ -152,8 +168,9 @@ class ForceThinkEnd(V1LogitsProcessor, V2LogitsProcessor):
                     "ForceThinkEnd(vllm_config, req_states) (Model Runner V2); got "
                     f"{type(device_or_req_states).__name__} and is_pin_memory=None"
                 )
-            self._v1 = V1Batch(self._core)
             self.device = torch.device(device_or_req_states) if device_or_req_states is not None else None
+            self._core = ForcingCore(vllm_config, self.device)
+            self._v1 = V1Batch(self._core)
 
     # -- shared ----------------------------------------------------------------
 

@@ -6,8 +6,11 @@ It loads Meridian's configuration ($MERIDIAN_CONFIG, ./meridian.toml,
 ~/.config/meridian/meridian.toml, else the defaults), applies its
 ``[logging]`` (level, format) to the ``meridian`` loggers and the C++ core, and logs what it found. It
 never raises: an invalid file is logged as an error here, and the scheduler
-and the processor, which need it, refuse to start with the same message (a
-stray meridian.toml must not stop a vLLM that does not use Meridian).
+and the processor, which need it, refuse to start with the same message in
+the engines that enabled them (a stray meridian.toml must not stop a vLLM
+that does not use Meridian). Nothing else of Meridian runs in an engine that
+did not enable a part: the forcing processor has no ``vllm.logits_processors``
+entry point (it is built only where ``--logits-processors`` lists it).
 """
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ def register() -> None:
         try:
             config, source = load_meridian_config()
         except MeridianSetupError as e:
-            logger.error("%s (meridian.vllm.Scheduler and ForceThinkEnd will not start)", e)
+            logger.error("%s (engines that enable meridian.vllm.Scheduler or ForceThinkEnd will not start; "
+                         "others are not affected)", e)
             return
         from ..logging_setup import configure_logging
 
