@@ -88,9 +88,9 @@ class Engine {
               [this](RequestId id, std::uint32_t index) { return block_hash(id, index); }) {
     validate(o.params);
     const EngineParams& e = o.params.engine;
-    // Under async scheduling today's adapter holds nothing (every running
-    // request has an output placeholder), so vLLM's own schedule runs.
-    if (is_meridian(o.policy) && !e.async_scheduling) {
+    // Under async scheduling too: the adapter holds think decodes through
+    // vLLM's next_decode_eligible_step, in-flight ones included (ADR-0024).
+    if (is_meridian(o.policy)) {
       StepLimits limits;
       limits.token_budget = e.max_num_batched_tokens;
       limits.max_sequences = e.max_num_seqs;

@@ -278,6 +278,9 @@ std::string VllmSetting::label() const {
 ReplayParams VllmSetting::apply(ReplayParams params) const {
   params.engine.max_num_batched_tokens = max_num_batched_tokens;
   params.engine.long_prefill_token_threshold = long_prefill_token_threshold;
+  // vLLM refuses max_num_batched_tokens < max_num_seqs ("must be greater than or equal to
+  // max_num_seqs"): a deployment with a smaller token budget runs at most that many sequences.
+  params.engine.max_num_seqs = std::min(params.engine.max_num_seqs, max_num_batched_tokens);
   return params;
 }
 

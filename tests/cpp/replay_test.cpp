@@ -225,11 +225,14 @@ TEST(Replay, AsyncSchedulingPlansAStepAheadAsVllmsBatchQueueDoes) {
   EXPECT_GT(two.outcomes[1].ttft_ms, sync.outcomes[1].ttft_ms);
   // Request 1 runs one extra decode; the last request's extra step changes nothing measured.
   EXPECT_EQ(two.metric("simulated_tokens"), sync.metric("simulated_tokens") + 1);
-  // Under async the Meridian adapter holds no decode (every running request has an output
-  // placeholder), so the simulator's meridian policies schedule as vLLM does.
-  const ReplayResult meridian = run(PolicyKind::kMeridianNoForcing, w, params);
-  EXPECT_EQ(meridian.metric("ttft_p50_ms"), two.metric("ttft_p50_ms"));
-  EXPECT_EQ(meridian.metric("simulated_tokens"), two.metric("simulated_tokens"));
+  // Meridian's policy steps the same way under async (the adapter holds think decodes through
+  // next_decode_eligible_step, ADR-0024): a step later for request 2, one extra decode.
+  const ReplayResult meridian_two = run(PolicyKind::kMeridianNoForcing, w, params);
+  params.engine.async_scheduling = false;
+  const ReplayResult meridian_sync = run(PolicyKind::kMeridianNoForcing, w, params);
+  ASSERT_EQ(meridian_two.metric("completed"), 2);
+  EXPECT_GT(meridian_two.outcomes[1].ttft_ms, meridian_sync.outcomes[1].ttft_ms);
+  EXPECT_EQ(meridian_two.metric("simulated_tokens"), meridian_sync.metric("simulated_tokens") + 1);
 }
 
 // Issue 15: a trace request whose prompt can never fit made vLLM's policies

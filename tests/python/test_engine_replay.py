@@ -246,8 +246,45 @@ def test_goodput_and_fidelity_reports(tmp_path):
     assert "## Each correction: worst error before → after" in md and "vllm-async vs vllm-fcfs (async)" in md
 
 
+def test_vllm_best_arm_runs_the_setting_and_reports_meridians_ratio_to_it(tmp_path):
+    """vllm-best-async: vLLM's stock async scheduler with a setting of the vllm-best grid (here
+    named; by default the simulator's search picks it), searched like any arm, with
+    meridian-async's ratio to it beside the simulator's."""
+    config = tmp_path / "replay.toml"
+    config.write_text(SHORT)
+    out = tmp_path / "out"
+    label = "max_num_batched_tokens=512 long_prefill_token_threshold=256 priority"
+    r = cli("--out-dir", str(out), "--config", str(config), "--duration-s", "4", "--seeds", "1",
+            "--arms", "meridian-async,vllm-best-async", "--vllm-best-setting", label, "--jobs", "1", "--goodput")
+    assert r.returncode == 0, r.stderr[-3000:]
+    goodput = json.loads((out / "goodput.json").read_text())
+    assert goodput["context"]["vllm_best_setting"] == label
+    entry = goodput["policies"]["vllm-best-async"]
+    assert entry["goodput_rps"] > 0 and entry["simulator_model"] == "vllm-best (async)"
+    assert entry["base_rate"] == goodput["simulator"]["vllm-best (async)"]["per_seed"]
+    assert goodput["ratios"]["meridian-async"]["vllm-best-async"]["mean"] > 0
+    assert goodput["simulator"]["ratio_meridian_no_forcing_to_vllm_best_async"]["mean"] > 0
+    assert f"meridian-async ÷ vllm-best-async ({label})" in (out / "goodput.md").read_text()
+
+
+def test_vllm_best_arm_builds_the_setting_into_vllms_scheduler():
+    job = study.Job(params().to_toml(), "vllm-best-async", 42, 0.0, (1024, 256, True))
+    p = study._params(job)
+    sched = build_scheduler(scheduler_class("vllm-best-async"), p, two_in_flight=True, clock=SimClock(),
+                            priority=True)
+    assert sched.max_num_scheduled_tokens == 1024
+    assert sched.scheduler_config.long_prefill_token_threshold == 256
+    assert sched.policy.value == "priority"
+    sched.shutdown()
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--arms", "vllm-async,fast"], "unknown arm 'fast'"),
+    (["--arms", "vllm-best-async", "--vllm-best-setting", "max_num_batched_tokens=3"],
+     "is not a setting of the vllm-best grid"),
+    (["--vllm-best-setting", "max_num_batched_tokens=512 long_prefill_token_threshold=0 fcfs"],
+     "only the vllm-best-async arm uses it"),
+    (["--arms", "vllm-best-async", "--fidelity"], "the vllm-best-async arm has no fidelity study"),
     (["--seeds", "0"], "--seeds must be >= 1"),
     (["--duration-s", "-1"], "--duration-s must be in (0, 1e6)"),
     (["--config", "/nonexistent/replay.toml"], "--config: no such file"),

@@ -283,3 +283,94 @@ def test_eos_is_exact_for_answers_under_two_in_flight():
         tokens[f"c{i}"] = [WORD + i] * (10 + i) + [EOS]
     delivered, _ = run_two_in_flight(sched, tokens)
     assert delivered == tokens
+
+
+def test_chat_prompts_are_admitted_ahead_of_waiting_reasoning_prompts():
+    """Meridian's admission lanes in vLLM's FCFS queue: a reasoning prompt
+    (the prompt opened a think block) that has not started waits behind a
+    chat prompt that arrived later; stock vLLM admits in arrival order."""
+    def admitted_order(cls) -> list[str]:
+        sched = build(cls, max_num_seqs=1)
+        sched.add_request(request("first", prompt(16, 1)))
+        for i in range(3):
+            sched.add_request(request(f"r{i}", prompt(16, 10 + i) + [THINK]))
+        sched.add_request(request("chat", prompt(16, 20)))
+        tokens = {"first": [WORD] * 3 + [EOS], "chat": [WORD] * 3 + [EOS],
+                  **{f"r{i}": [WORD, END_THINK, WORD, EOS] for i in range(3)}}
+        stepper = TwoInFlight(sched, script(tokens))
+        order: list[str] = []
+        for _ in range(200):
+            if not sched.requests:
+                break
+            out, _ = stepper.step()
+            order.extend(r.req_id for r in out.scheduled_new_reqs)
+        stepper.drain()
+        return order
+
+    assert admitted_order(Scheduler) == ["first", "chat", "r0", "r1", "r2"]
+    assert admitted_order(AsyncScheduler) == ["first", "r0", "r1", "r2", "chat"]
+
+
+def test_speculative_decoding_two_in_flight_never_schedules_drafts_the_runner_does_not_have(tmp_path, monkeypatch):
+    """Async + speculative decoding: the runner fills a request's draft
+    placeholders (-1) from the previous step's drafts, so a request that sat
+    the previous step out must not come back with placeholders. Held think
+    requests drop theirs (as vLLM does at preemption); outputs stay exact."""
+    slow_model(tmp_path, monkeypatch)
+
+    def run(cls):
+        sched = build(cls, spec_tokens=2)
+        tokens = think_and_answer_workload(sched, think_len=40)
+        cursor = {rid: 0 for rid in tokens}
+
+        def sampled(r, drafts: int) -> list[int]:
+            # Every draft accepted, plus the bonus token, up to the script's end.
+            rid = r.request_id
+            take = tokens[rid][cursor[rid]:cursor[rid] + drafts + 1]
+            cursor[rid] += len(take)
+            return take or [tokens[rid][-1]]
+
+        stepper = TwoInFlight(sched, script({}), sampled=sampled)
+        delivered: dict[str, list[int]] = {}
+        previous: set[str] = set()
+        for _ in range(2000):
+            if not sched.requests:
+                break
+            out, outputs = stepper.step()
+            for rid, drafts in out.scheduled_spec_decode_tokens.items():
+                if -1 in drafts:
+                    assert rid in previous, f"{rid} scheduled with placeholder drafts after sitting a step out"
+            previous = set(out.num_scheduled_tokens)
+            collect(outputs, delivered)
+        stepper.drain()
+        assert not sched.requests
+        return sched, delivered, tokens
+
+    sched, delivered, tokens = run(Scheduler)
+    assert delivered == tokens
+    assert sched.meridian_stats()["throttled_decodes"] > 0
+    assert sched.meridian_stats()["fallbacks"] == 0
+
+
+def test_with_a_kv_connector_dropped_outputs_never_reach_the_router(tmp_path, monkeypatch):
+    """A KV connector (vLLM's ExampleConnector) makes vLLM drop a victim's
+    in-flight output. Under KV pressure, two in flight, with think decodes
+    held: no fallback, everything finishes, and the router's phase exits are
+    exactly the </think> tokens vLLM delivered."""
+    slow_model(tmp_path, monkeypatch)
+    sched = build(Scheduler, num_blocks=60, kv_connector_dir=str(tmp_path / "kv"))
+    assert sched.requires_kv_delivery
+    tokens = think_and_answer_workload(sched)
+    stepper = TwoInFlight(sched, script(tokens))
+    delivered: dict[str, list[int]] = {}
+    for _ in range(4000):
+        if not sched.requests:
+            break
+        _, outputs = stepper.step()
+        collect(outputs, delivered)
+    stepper.drain()
+    stats = sched.meridian_stats()
+    assert not sched.requests
+    assert stats["fallbacks"] == 0
+    assert stats["preempted_think"] > 0
+    assert stats["phase_exits"] == sum(END_THINK in toks for toks in delivered.values())

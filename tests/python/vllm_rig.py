@@ -21,7 +21,8 @@ os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
 
 import torch  # noqa: E402
-from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, StructuredOutputsConfig, VllmConfig  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig, KVTransferConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, StructuredOutputsConfig, VllmConfig)
 from vllm.config.reasoning import ReasoningConfig  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
@@ -45,7 +46,8 @@ _hasher_ready = False
 
 
 def vllm_config(*, max_num_seqs: int = 64, max_num_batched_tokens: int = 8192, num_blocks: int = 1000,
-                reasoning_parser: str | None = "qwen3", max_model_len: int = 8192) -> VllmConfig:
+                reasoning_parser: str | None = "qwen3", max_model_len: int = 8192,
+                spec_tokens: int = 0, kv_connector_dir: str | None = None) -> VllmConfig:
     model = ModelConfig(model=str(TINY_MODEL), tokenizer=str(TINY_MODEL), dtype="float16",
                         max_model_len=max_model_len, seed=0)
     sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
@@ -57,7 +59,19 @@ def vllm_config(*, max_num_seqs: int = 64, max_num_batched_tokens: int = 8192, n
     if reasoning_parser:
         kwargs["structured_outputs_config"] = StructuredOutputsConfig(reasoning_parser=reasoning_parser)
         kwargs["reasoning_config"] = ReasoningConfig(reasoning_parser=reasoning_parser)
-    return VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache, **kwargs)
+    config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache, **kwargs)
+    if spec_tokens:
+        # n-gram drafts: speculative decoding with no draft model to load.
+        config.speculative_config = SpeculativeConfig(
+            method="ngram", num_speculative_tokens=spec_tokens, prompt_lookup_max=3, prompt_lookup_min=2,
+            target_model_config=config.model_config, target_parallel_config=config.parallel_config)
+    if kv_connector_dir:
+        # vLLM's ExampleConnector (KV saved to and loaded from files): a real KV connector whose
+        # scheduler side runs on CPU; it makes vLLM drop a victim's in-flight output.
+        config.scheduler_config.disable_hybrid_kv_cache_manager = True
+        config.kv_transfer_config = KVTransferConfig(kv_connector="ExampleConnector", kv_role="kv_both",
+                                                     kv_connector_extra_config={"shared_storage_path": kv_connector_dir})
+    return config
 
 
 def build(cls: type = AsyncScheduler, **kwargs) -> AsyncScheduler:

@@ -83,8 +83,9 @@ def scheduler_class(name: str) -> Any:
 
 
 def build_scheduler(cls: Any, params: Any, *, two_in_flight: bool, clock: SimClock,
-                    max_num_batched_tokens: int | None = None) -> Any:
-    """``cls`` constructed as EngineCore constructs its scheduler."""
+                    max_num_batched_tokens: int | None = None, priority: bool = False) -> Any:
+    """``cls`` constructed as EngineCore constructs its scheduler, with the [engine] settings
+    (``priority``: ``--scheduling-policy priority``)."""
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -96,7 +97,9 @@ def build_scheduler(cls: Any, params: Any, *, two_in_flight: bool, clock: SimClo
     sched_cfg = SchedulerConfig(
         max_num_seqs=params.engine.max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens or params.engine.max_num_batched_tokens,
-        max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False, async_scheduling=two_in_flight)
+        max_model_len=MAX_MODEL_LEN, is_encoder_decoder=False, async_scheduling=two_in_flight,
+        long_prefill_token_threshold=params.engine.long_prefill_token_threshold,
+        policy="priority" if priority else "fcfs")
     cache = CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, cache_dtype="auto", enable_prefix_caching=True)
     cache.num_gpu_blocks = num_blocks
     config = VllmConfig(model_config=model, scheduler_config=sched_cfg, cache_config=cache)

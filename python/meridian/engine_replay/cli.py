@@ -35,7 +35,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=2, help="number of seeds from --seed (default 2)")
     p.add_argument("--duration-s", type=float, default=120.0, help="seconds of first-turn arrivals (default 120)")
     p.add_argument("--rate", type=float, help="conversations per second for ab-report (default: [workload])")
-    p.add_argument("--arms", default=",".join(study.ARMS), help=f"comma-separated, of {', '.join(study.ARMS)}")
+    p.add_argument("--arms", default=",".join(study.DEFAULT_ARMS),
+                   help=f"comma-separated, of {', '.join(study.ARMS)} (default: all but vllm-best-async)")
+    p.add_argument("--vllm-best-setting",
+                   help="the vllm-best-async arm's setting, a label of the vllm-best grid (default: the simulator's "
+                        "vllm-best search on these seeds picks it)")
     p.add_argument("--goodput", action="store_true", help="search each arm's goodput, seeded from the simulator's")
     p.add_argument("--fidelity", action="store_true", help="the simulator against the engine at 0.5x/0.9x/1.1x")
     p.add_argument("--scheduler-cpu-ms", type=float, default=0.0,
@@ -47,6 +51,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if unknown or not arms:
         p.error(f"--arms: unknown arm {', '.join(map(repr, unknown)) or '(none)'}; known: {', '.join(study.ARMS)}")
     args.arm_list = arms
+    args.setting = None
+    if args.vllm_best_setting is not None:
+        if "vllm-best-async" not in arms:
+            p.error("--vllm-best-setting: only the vllm-best-async arm uses it (add it to --arms)")
+        try:
+            args.setting = study.parse_setting(args.vllm_best_setting)
+        except ValueError as e:
+            p.error(str(e))
+    if "vllm-best-async" in arms and args.fidelity:
+        p.error("--fidelity: the vllm-best-async arm has no fidelity study (its model is a search over settings); "
+                "drop it from --arms")
     for name in ("seeds", "jobs"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1")
@@ -115,6 +130,17 @@ def main(argv: list[str] | None = None) -> int:
     sim_goodput: dict[str, list[float]] = {}
     if args.goodput or fidelity:
         sim_goodput = study.simulator_goodput(params, seeds, args.arm_list)
+    setting = args.setting
+    if "vllm-best-async" in args.arm_list:
+        if setting is None:
+            setting, best_goodput = study.find_vllm_best(params, seeds)
+        elif args.goodput:
+            best_goodput = study.setting_goodput(params, setting, seeds)
+        if args.goodput:
+            sim_goodput[study.sim_goodput_key("vllm-best-async")] = best_goodput
+        context["vllm_best_setting"] = study.vllm_setting(setting).label()
+        print(f"engine-replay: vllm-best-async runs {context['vllm_best_setting']}", file=sys.stderr)
+    if sim_goodput:
         context["simulator_goodput_rps"] = sim_goodput
     # One worker per (arm, seed): its A/B run, fidelity runs and goodput search share full runs.
     tasks = []
@@ -124,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, seed in enumerate(seeds):
             loads = tuple(load * sim_goodput["vllm-fcfs"][i] for load in study.FIDELITY_LOADS) if fidelity else ()
             base = sim_goodput[study.sim_goodput_key(arm)][i] if args.goodput else None
-            tasks.append(study.ArmTask(study.Job(toml, arm, seed, args.scheduler_cpu_ms), rate, loads, base))
+            job = study.Job(toml, arm, seed, args.scheduler_cpu_ms, setting if arm == "vllm-best-async" else None)
+            tasks.append(study.ArmTask(job, rate, loads, base))
     results = study.pool_map(study.arm_task, tasks, args.jobs)
     runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in args.arm_list}
     for task, r in zip(tasks, results, strict=True):

@@ -154,7 +154,7 @@ class EngineRun:
             params = SamplingParams(max_tokens=max(plan.max_tokens, room), stop_token_ids=[plan.eos],
                                     ignore_eos=False, temperature=0.0)
             req = Request(request_id=key, prompt_token_ids=plan.prompt, sampling_params=params, pooling_params=None,
-                          arrival_time=at, block_hasher=self.block_hasher)
+                          arrival_time=at, block_hasher=self.block_hasher, priority=int(spec.priority))
             self.sched.add_request(req)
 
     def _missed(self) -> None:

@@ -113,6 +113,16 @@ def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[f
             if arm != BASELINE:
                 out["ratios"][arm] = {BASELINE: _stat([c / b for c, b in zip(entry["per_seed"], base_vals, strict=True)
                                                        if b])}
+    best = "vllm-best-async"
+    if best in out["policies"] and "meridian-async" in out["policies"]:
+        m_vals, b_vals = out["policies"]["meridian-async"]["per_seed"], out["policies"][best]["per_seed"]
+        out["ratios"].setdefault("meridian-async", {})[best] = _stat(
+            [m / b for m, b in zip(m_vals, b_vals, strict=True) if b])
+        sim_m = sim_goodput.get(study.sim_goodput_key("meridian-async"))
+        sim_b = sim_goodput.get(study.sim_goodput_key(best))
+        if sim_m and sim_b:
+            out["simulator"]["ratio_meridian_no_forcing_to_vllm_best_async"] = _stat(
+                [m / b for m, b in zip(sim_m, sim_b, strict=True) if b])
     sim_ratios = {}
     for suffix in ("", " (async)"):
         if "vllm-fcfs" + suffix in sim_goodput:
@@ -140,6 +150,12 @@ def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[f
     for suffix, st in sim_ratios.items():
         if st["mean"] is not None:
             lines.append(f"\nSimulator: meridian-no-forcing ÷ vllm-fcfs{suffix} = {st['mean']:.3f}.")
+    vs_best = out["ratios"].get("meridian-async", {}).get(best)
+    if vs_best and vs_best["mean"] is not None:
+        sim_best = out["simulator"].get("ratio_meridian_no_forcing_to_vllm_best_async")
+        sim_text = f"; simulator: {sim_best['mean']:.3f}" if sim_best and sim_best["mean"] is not None else ""
+        lines.append(f"\nmeridian-async ÷ {best} ({context.get('vllm_best_setting', '?')}) = "
+                     f"{vs_best['mean']:.3f}{sim_text}.")
     return out, "\n".join(lines) + "\n"
 
 

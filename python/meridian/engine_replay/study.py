@@ -11,7 +11,11 @@ from typing import Any
 
 from meridian._meridian import sim
 
-ARMS = ("vllm-async", "vllm-sync", "meridian-async", "meridian-sync")
+# The standard study's arms, and vllm-best-async on request: vLLM's stock async scheduler run with
+# the setting the simulator's vllm-best search found (max_num_batched_tokens,
+# long_prefill_token_threshold, scheduling policy; ADR-0023).
+DEFAULT_ARMS = ("vllm-async", "vllm-sync", "meridian-async", "meridian-sync")
+ARMS = DEFAULT_ARMS + ("vllm-best-async",)
 # Goodput search, seeded from the simulator: sim.seeded_search() from the simulator's goodput for
 # the arm's model (SIM_POLICY and its stepping, per seed), to this tolerance.
 TOLERANCE = 0.03
@@ -26,7 +30,7 @@ FIDELITY_METRICS = (
 )
 # The simulator's policy that models each arm, and whether it models two steps in flight.
 SIM_POLICY = {"vllm-async": "vllm-fcfs", "vllm-sync": "vllm-fcfs", "meridian-async": "meridian-no-forcing",
-              "meridian-sync": "meridian-no-forcing"}
+              "meridian-sync": "meridian-no-forcing", "vllm-best-async": "vllm-best"}
 # The simulator's corrections from the engine replay (docs/replay.md#fidelity): each an
 # [engine] switch, on by default; fidelity.json reports the error with each one off, and all off.
 CORRECTIONS = ("scheduler_reserve_full_isl", "kv_free_tail_first", "async_scheduling")
@@ -55,10 +59,50 @@ class Job:
     arm: str
     seed: int
     scheduler_cpu_ms: float
+    # vllm-best-async: (max_num_batched_tokens, long_prefill_token_threshold, priority)
+    setting: tuple[int, int, bool] | None = None
 
 
 def _params(job: Job) -> Any:
-    return sim.parse_replay_params(job.params_toml, "<engine-replay>")
+    params = sim.parse_replay_params(job.params_toml, "<engine-replay>")
+    if job.setting is not None:
+        params = vllm_setting(job.setting).apply(params)
+    return params
+
+
+def vllm_setting(values: tuple[int, int, bool]) -> Any:
+    setting = sim.VllmSetting()
+    setting.max_num_batched_tokens, setting.long_prefill_token_threshold, setting.priority = values
+    return setting
+
+
+def setting_values(setting: Any) -> tuple[int, int, bool]:
+    return (int(setting.max_num_batched_tokens), int(setting.long_prefill_token_threshold), bool(setting.priority))
+
+
+def parse_setting(label: str) -> tuple[int, int, bool]:
+    """A vllm-best setting from its label ("max_num_batched_tokens=512 long_prefill_token_threshold=0
+    fcfs"), one of the grid's (sim.vllm_best_settings())."""
+    for setting in sim.vllm_best_settings():
+        if setting.label() == " ".join(label.split()):
+            return setting_values(setting)
+    known = "; ".join(s.label() for s in sim.vllm_best_settings())
+    raise ValueError(f"--vllm-best-setting: {label!r} is not a setting of the vllm-best grid; known: {known}")
+
+
+def setting_goodput(params: Any, values: tuple[int, int, bool], seeds: list[int]) -> list[float]:
+    """The simulator's goodput per seed of vLLM run with one setting, stepped async."""
+    setting = vllm_setting(values)
+    goodput, _ = sim.find_goodput(setting.apply(sim_params(params, "async")), [setting.policy], seeds)
+    return goodput[0][1]
+
+
+def find_vllm_best(params: Any, seeds: list[int]) -> tuple[tuple[int, int, bool], list[float]]:
+    """The simulator's vllm-best search (async stepping, as the arm runs): the winning setting and
+    its goodput per seed."""
+    p = sim_params(params, "async")
+    goodput, best = sim.find_goodput(p, ["vllm-best"], seeds)
+    return setting_values(best), dict(goodput)["vllm-best"]
 
 
 def run_once(job: Job, rate: float, stop_after_misses: int = 0, stop_after_met: int = 0) -> dict[str, float]:
@@ -72,7 +116,8 @@ def run_once(job: Job, rate: float, stop_after_misses: int = 0, stop_after_met: 
     clock = SimClock()
     two = job.arm.endswith("async")
     cls = scheduler_class(job.arm)
-    sched = build_scheduler(cls, params, two_in_flight=two, clock=clock)
+    priority = job.setting is not None and job.setting[2]
+    sched = build_scheduler(cls, params, two_in_flight=two, clock=clock, priority=priority)
     try:
         result = EngineRun(Arm(job.arm, cls, two), sched, params, requests, clock=clock,
                            scheduler_cpu_ms=job.scheduler_cpu_ms, stop_after_misses=stop_after_misses,

@@ -80,6 +80,11 @@ _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPP
 _UNLIMITED_BLOCKS = (1 << 63) - 1
 # The router needs the prompt only from its last think boundary on.
 _PROMPT_TAIL = 256
+# The core's admission watermarks (src/scheduler/scheduler_impl.h): each running
+# think request keeps this many tokens of growth free, and memory pressure (a
+# preemption) lasts until 1/50 of the pool is free beyond that.
+_GROWTH_HORIZON_TOKENS = 128
+_HIGH_WATERMARK_DIVISOR = 50
 
 
 def _refuse_prose_markers(setup: Any) -> None:
@@ -148,6 +153,12 @@ class _Adapter:
         # Resumable sessions vLLM parked between two input chunks.
         self.parked: set[str] = set()
         self.fed: tuple[Any, Any] = ((), ())
+        # A chat prompt arrived behind waiting ones: the waiting queue is
+        # re-ordered (chat ahead of reasoning) before the next schedule().
+        self.waiting_dirty = False
+        self.pressure = False  # vLLM preempted and the pool has not recovered past the high watermark
+        self.total_blocks = sched.kv_cache_manager.block_pool.num_gpu_blocks
+        self.growth_blocks = -(-_GROWTH_HORIZON_TOKENS // sched.block_size)
         # The running list as the last step left it, to skip rewriting an
         # unchanged order (rebuilding it touches every request object, which
         # at 1,024 running costs more than the plan itself).
@@ -167,6 +178,8 @@ class _Adapter:
             "throttled_decodes": 0,
             "step_times_observed": 0,
             "sessions_parked": 0,
+            "waiting_reorders": 0,
+            "admission_held_steps": 0,
             "budget_capped_steps": 0,
             "preempted_answer": 0,
             "preempted_think": 0,
@@ -200,6 +213,8 @@ class _Adapter:
         self.phase[mid] = self.router.begin(mid, list(prompt[-_PROMPT_TAIL:]))
         if self.phase[mid] == _THINK:  # the prompt opened the think block
             self.think_start[mid] = 0
+        else:
+            self.waiting_dirty = True
 
     def forget(self, request_id: str) -> None:
         mid = self.ids.release(request_id)
@@ -231,6 +246,7 @@ class _Adapter:
         if mid is None:
             return
         self.running_dirty = True
+        self.pressure = True
         if request.drop_stale_output and request.num_stale_output_tokens > 0:
             self.dropping.add(rid)
         answer = self.phase.get(mid) == _OUTPUT
@@ -316,6 +332,9 @@ class _Adapter:
         budget to use (None: vLLM's) and the prefill chunk cap (0: vLLM's)."""
         now = self.clock_ns()
         self.step_start_ns = time.time_ns()
+        if self.waiting_dirty:
+            self.waiting_dirty = False
+            self._chat_prompts_first(sched.waiting)
         unplanned, order, prefill_budget, answers_active, predicted = self.core.plan_for_engine(
             self.limits, now)
         self.predicted_ms = predicted
@@ -332,7 +351,12 @@ class _Adapter:
                 if mid in no_throttle:
                     continue
                 r = reqs[mid]
-                if r.next_decode_eligible_step < skip_until:
+                eligible = getattr(r, "next_decode_eligible_step", None)
+                if eligible is None:  # a vLLM without the gate: nothing can be held
+                    self.log_once("no_gate", "meridian: this vLLM's Request has no next_decode_eligible_step; "
+                                  "think decodes are not held (ordering and the prefill cap still act)")
+                    break
+                if eligible < skip_until:
                     r.next_decode_eligible_step = skip_until
                 if r.num_output_placeholders and r.spec_token_ids:
                     # Async draft placeholders: the runner fills them from the
@@ -378,6 +402,53 @@ class _Adapter:
         self.prev_len = len(ordered)
         self.running_dirty = False
         return held, self._budget(sched, answers_active, decodes, prefill_budget), prefill_budget
+
+    def admission_held(self, sched: Scheduler) -> bool:
+        """The core's admission watermarks on vLLM's pool: no new request
+        starts while the free blocks (free and evictable) are below the
+        growth the running think requests will need soon, nor, after a
+        preemption, until the pool recovers past the high watermark (so
+        victims are not re-admitted only to be preempted again). Nothing is
+        held while nothing runs. O(1)."""
+        if not sched.running or not sched.waiting:
+            return False
+        stats = self.core.last_stats
+        reserve = stats.think_queue_depth * self.growth_blocks
+        free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        high = reserve + self.total_blocks // _HIGH_WATERMARK_DIVISOR
+        if self.pressure and free >= high:
+            self.pressure = False
+        held = free < (high if self.pressure else reserve)
+        if held:
+            self.stats["admission_held_steps"] += 1
+        return held
+
+    def _chat_prompts_first(self, waiting: Any) -> None:
+        """vLLM's FCFS waiting queue, re-ordered as Meridian's admission lanes
+        serve it: a reasoning prompt that has not started (the prompt opened
+        a think block; never scheduled, never preempted) waits behind chat
+        prompts; everything else keeps its place and order (victims and
+        resumed requests stay at the front, where vLLM put them). Run only
+        when a chat prompt arrived; O(waiting). The priority policy's heap
+        is left as vLLM orders it."""
+        if not isinstance(waiting, deque) or len(waiting) < 2:
+            return
+        phase, mid_of = self.phase, self.mid_of
+        ahead: list[Request] = []
+        behind: list[Request] = []
+        for r in waiting:
+            fresh_reasoning = (phase.get(mid_of.get(r.request_id)) == _THINK and r.num_computed_tokens == 0
+                               and r.num_preemptions == 0)
+            (behind if fresh_reasoning else ahead).append(r)
+        if not behind or not ahead:
+            return
+        first_behind = next(i for i, r in enumerate(waiting) if r is behind[0])
+        if first_behind >= len(ahead):
+            return  # already in this order
+        waiting.clear()
+        waiting.extend(ahead)
+        waiting.extend(behind)
+        self.stats["waiting_reorders"] += 1
 
     def _budget(self, sched: Scheduler, answers_active: bool, decodes: int, prefill_budget: int) -> int | None:
         """The step's token budget while answers stream (None: vLLM's own)."""
@@ -582,7 +653,7 @@ class Scheduler(AsyncScheduler):
         if m is None:
             return super().schedule(throttle_prefills)
         config = self.scheduler_config
-        saved = (self.max_num_scheduled_tokens, config.long_prefill_token_threshold)
+        saved = (self.max_num_scheduled_tokens, config.long_prefill_token_threshold, self.max_num_active_reqs)
         before = list(self.running)
         start = time.perf_counter_ns()
         try:
@@ -593,15 +664,18 @@ class Scheduler(AsyncScheduler):
                 # chunk must not take the think decodes' share of a capped step.
                 if prefill_cap > 0 and not 0 < saved[1] <= prefill_cap:
                     config.long_prefill_token_threshold = prefill_cap
+            if m.admission_held(self):
+                # vLLM admits while running + parked sessions < max_num_active_reqs.
+                self.max_num_active_reqs = min(saved[2], len(self.running) + self.num_waiting_for_streaming_input)
         except Exception as e:  # noqa: BLE001 - the fail-safe
             m.failed("schedule (planning)", e)
             self.running[:] = before
-            self.max_num_scheduled_tokens, config.long_prefill_token_threshold = saved
+            self.max_num_scheduled_tokens, config.long_prefill_token_threshold, self.max_num_active_reqs = saved
         m.telemetry.meridian_ns += time.perf_counter_ns() - start
         try:
             out = super().schedule(throttle_prefills)
         finally:
-            self.max_num_scheduled_tokens, config.long_prefill_token_threshold = saved
+            self.max_num_scheduled_tokens, config.long_prefill_token_threshold, self.max_num_active_reqs = saved
         self._guarded("schedule (bookkeeping)", "after_schedule", self, out)
         return out
 
