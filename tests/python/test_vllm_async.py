@@ -374,3 +374,38 @@ def test_with_a_kv_connector_dropped_outputs_never_reach_the_router(tmp_path, mo
     assert stats["fallbacks"] == 0
     assert stats["preempted_think"] > 0
     assert stats["phase_exits"] == sum(END_THINK in toks for toks in delivered.values())
+
+
+def test_admission_waits_while_running_think_requests_growth_does_not_fit():
+    """The core's admission watermark on vLLM's pool: each running think
+    request keeps 128 tokens (8 blocks) of growth free; a new request waits
+    while the free blocks are below that, and starts once they are not.
+    Stock vLLM admits at once and preempts later."""
+    def first_step_of_late(cls) -> tuple[int, int]:
+        sched = build(cls, num_blocks=100)
+        for i in range(12):
+            sched.add_request(request(f"t{i}", prompt(16, i)))
+        tokens = {f"t{i}": [THINK] + [WORD] * (20 + 10 * i) + [END_THINK, WORD, EOS] for i in range(12)}
+        tokens["late"] = [WORD] * 5 + [EOS]
+        stepper = TwoInFlight(sched, script(tokens))
+        for _ in range(4):
+            stepper.step()
+        sched.add_request(request("late", prompt(16, 99)))
+        for n in range(1, 400):
+            out, _ = stepper.step()
+            if "late" in out.num_scheduled_tokens:
+                break
+        stepper.drain()
+        for _ in range(400):
+            if not sched.requests:
+                break
+            stepper.step()
+        stepper.drain()
+        assert not sched.requests
+        held = sched.meridian_stats().get("admission_held_steps", 0) if cls is Scheduler else 0
+        return n, held
+
+    stock_step, _ = first_step_of_late(AsyncScheduler)
+    meridian_step, held = first_step_of_late(Scheduler)
+    assert stock_step <= 2
+    assert held > 0 and meridian_step > stock_step
