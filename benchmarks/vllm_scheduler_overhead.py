@@ -51,9 +51,9 @@ def make(cls, n: int):
 
 
 class HookTimer:
-    """Times the adapter's three per-step hooks in place (one sum per step)."""
+    """Times the adapter's per-step hooks in place (one sum per step)."""
 
-    HOOKS = ("before_schedule", "after_schedule", "before_update", "after_update", "sync_metrics")
+    HOOKS = ("before_schedule", "admission_held", "after_schedule", "before_update", "after_update", "sync_metrics")
 
     def __init__(self) -> None:
         from meridian.vllm.scheduler import _Adapter

@@ -84,6 +84,33 @@ std::vector<PhaseEvent> engine_step_boundaries(PhaseRouter& router, const Reques
   return {events.begin(), events.begin() + static_cast<std::ptrdiff_t>(n_events)};
 }
 
+// What vLLM scheduled in one step (vLLM: SchedulerOutput.num_scheduled_tokens,
+// keyed by request id; `requests`: Scheduler.requests), told to the core in one
+// pass: every request the core knows that ran made a decode step
+// (complete_engine_step). Returns the step's context tokens (each scheduled
+// request's num_computed_tokens after scheduling), a step-cost feature.
+std::uint64_t engine_step_ran(DualQueueScheduler& sched, const RequestIdMap& ids, std::int64_t end_ns,
+                              nb::handle scheduled, nb::handle requests) {
+  thread_local std::vector<RequestId> ran;
+  ran.clear();
+  std::uint64_t kv = 0;
+  nb::str computed("num_computed_tokens");
+  for (nb::handle rid : scheduled) {
+    PyObject* request = PyDict_GetItemWithError(requests.ptr(), rid.ptr());  // borrowed
+    if (request == nullptr) {
+      if (PyErr_Occurred() != nullptr) throw nb::python_error();
+      continue;
+    }
+    kv += nb::cast<std::uint64_t>(nb::steal(PyObject_GetAttr(request, computed.ptr())));
+    if (const auto id = ids.find(utf8_view(rid))) ran.push_back(*id);
+  }
+  {
+    nb::gil_scoped_release release;
+    sched.complete_engine_step(end_ns, ran);
+  }
+  return kv;
+}
+
 template <typename T, std::size_t N>
 std::vector<T> to_list(const T (&values)[N]) {
   return std::vector<T>(values, values + N);
@@ -441,6 +468,10 @@ void bind_scheduler(nb::module_& m) {
       "boundary_ids"_a,
       "One engine step's tokens (req_ids[i] sampled the list sampled[i]): the requests that sampled a "
       "boundary id are fed to `router` in one batch (phases only; counts are not kept); returns the events");
+  m.def(
+      "engine_step_ran", &engine_step_ran, "scheduler"_a, "ids"_a, "end_ns"_a, "scheduled"_a, "requests"_a,
+      "One engine step as vLLM scheduled it (scheduled: request id -> tokens; requests: id -> vLLM Request): "
+      "complete_engine_step() with the requests `ids` knows; returns the step's context tokens");
   bind_cost_model(m);
   bind_plan_types(m);
   bind_scheduler_class(m);

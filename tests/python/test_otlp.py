@@ -6,6 +6,7 @@ otlp_receiver.OtlpReceiver on loopback, which decodes the payloads with the
 official opentelemetry-proto messages. The assertions are on those decoded
 protobufs, compared with the catalog and the registry's own snapshot.
 """
+import logging
 import socket
 import time
 import urllib.error
@@ -255,6 +256,9 @@ def unused_port() -> int:
 
 
 def test_receiver_down_is_counted_not_raised(caplog):
+    # Another module in this worker may have set the meridian logger's level from its
+    # configuration ([logging] level = "error" in the engine replay's); this test reads warnings.
+    caplog.set_level(logging.WARNING, logger="meridian")
     cfg = meridian.parse_config(config_text(f"http://127.0.0.1:{unused_port()}"))
     registry = meridian.MetricRegistry()
     otlp = OtlpTelemetry(cfg, registry, export_interval_s=3600, export_timeout_s=0.5)

@@ -409,3 +409,37 @@ def test_admission_waits_while_running_think_requests_growth_does_not_fit():
     meridian_step, held = first_step_of_late(Scheduler)
     assert stock_step <= 2
     assert held > 0 and meridian_step > stock_step
+
+
+def test_structured_output_requests_are_held_and_their_grammar_sees_exact_tokens(tmp_path, monkeypatch):
+    """Structured output under async with holds: think requests whose answer
+    must match a regex sit steps out; the grammar (xgrammar, compiled by
+    vLLM's StructuredOutputManager) accepts every delivered answer token and
+    terminates."""
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+    from vllm.v1.request import Request
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher
+
+    slow_model(tmp_path, monkeypatch)
+    sched = build(Scheduler)
+    a, b = 64, 65  # "a", "b" in the Qwen3 vocabulary
+    tokens = think_and_answer_workload(sched, n_think=20, n_answer=4, think_len=30)
+    constrained = []
+    for i in range(4):
+        rid = f"s{i}"
+        params = SamplingParams(max_tokens=200, stop_token_ids=[EOS],
+                                structured_outputs=StructuredOutputsParams(regex="[ab]+"))
+        params.structured_outputs._backend = "xgrammar"  # what vLLM's input processor resolves "auto" to
+        req = Request(request_id=rid, prompt_token_ids=prompt(16, 200 + i), sampling_params=params,
+                      pooling_params=None, block_hasher=get_request_block_hasher(16, sha256))
+        sched.structured_output_manager.grammar_init(req)  # as EngineCore.add_request does
+        sched.add_request(req)
+        constrained.append(req)
+        tokens[rid] = [THINK] + [WORD] * 30 + [END_THINK] + [a, b, a, b][: i + 1] + [EOS]
+    delivered, _ = run_two_in_flight(sched, tokens, max_steps=1500)
+    assert delivered == tokens
+    # The grammar took every answer token and reached its end (a rejected token would not).
+    assert all(r.structured_output_request.grammar.is_terminated() for r in constrained)
+    stats = sched.meridian_stats()
+    assert stats["throttled_decodes"] > 0 and stats["fallbacks"] == 0

@@ -4,15 +4,16 @@
 
 vLLM keeps doing everything it does (admission, chunked prefill, prefix
 caching, KV allocation, preemption, spec decode, structured output); the
-adapter changes three inputs to vLLM's own ``schedule()`` each step, from the
-decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017):
+adapter changes inputs to vLLM's own ``schedule()`` each step, from the
+decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017, ADR-0024):
 
 1. **Order of ``self.running``.** vLLM schedules running requests in list
    order and, when KV runs out, preempts ``running[-1]`` first. The list
-   becomes: answer-phase requests (served first), then think-phase requests by
-   progress, most first, so the least progress lost is the first victim, then
-   requests still prefilling (chat, then reasoning). So while a think-phase
-   request runs, vLLM never preempts an answer-phase one.
+   becomes: answer-phase requests (served first), chat prompts still
+   prefilling, think-phase requests by progress, most first (so the least
+   progress lost is the first of them to go), then reasoning prompts still
+   prefilling. So while a think-phase request holds KV, vLLM never preempts an
+   answer-phase one.
 2. **Think decode throttling.** Think requests the plan leaves out this step
    (the answer SLO's step ceiling is full) sit the step out through vLLM's own
    per-request gate, ``Request.next_decode_eligible_step`` (what vLLM's
@@ -28,7 +29,12 @@ decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017):
 3. **Token budget.** While answers stream, the step's token budget is the
    running decodes plus the prefill tokens the plan allows (what fits the
    output TPOT ceiling, at least ``min_prefill_tokens_per_step``), so a long
-   prompt is chunked instead of stalling every stream.
+   prompt is chunked instead of stalling every stream; in such a step one
+   chunk is capped at the plan's prefill budget (``long_prefill_token_threshold``).
+4. **Admission.** A chat prompt that arrives starts ahead of waiting reasoning
+   prompts (vLLM's FCFS queue re-ordered); while the running think requests'
+   growth does not fit in the free KV, or after a preemption until the pool
+   recovers, no new request starts (``max_num_active_reqs`` for that step).
 
 Phases come from the real ``PhaseRouter``, fed once per step with the tokens
 vLLM kept (an output vLLM drops as stale is not fed). The C++ scheduler sees
@@ -62,7 +68,7 @@ from collections.abc import Callable
 from typing import Any
 
 import meridian
-from meridian._meridian import engine_step_boundaries
+from meridian._meridian import engine_step_boundaries, engine_step_ran
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.request import Request, RequestStatus
 
@@ -340,36 +346,14 @@ class _Adapter:
         self.predicted_ms = predicted
         reqs = self.requests
         running = sched.running
-        held = 0
-        if unplanned:
-            # schedule() advances current_step before it checks eligibility, so
-            # current_step + 2 skips this call only; max keeps a longer wait
-            # vLLM set itself (V2 model runner with pipeline parallelism).
-            skip_until = sched.current_step + 2
-            no_throttle = self.no_throttle
-            for mid in unplanned:
-                if mid in no_throttle:
-                    continue
-                r = reqs[mid]
-                eligible = getattr(r, "next_decode_eligible_step", None)
-                if eligible is None:  # a vLLM without the gate: nothing can be held
-                    self.log_once("no_gate", "meridian: this vLLM's Request has no next_decode_eligible_step; "
-                                  "think decodes are not held (ordering and the prefill cap still act)")
-                    break
-                if eligible < skip_until:
-                    r.next_decode_eligible_step = skip_until
-                if r.num_output_placeholders and r.spec_token_ids:
-                    # Async draft placeholders: the runner fills them from the
-                    # previous step's drafts, which a request that sits a step
-                    # out does not have. vLLM drops them at preemption too.
-                    r.spec_token_ids = []
-                held += 1
-            self.stats["throttled_decodes"] += held
-        decodes = len(running) - held
+        no_throttle = self.no_throttle
+        hold = [reqs[mid] for mid in unplanned if mid not in no_throttle] if unplanned else []
+        decodes = len(running) - len(hold)
         if not self.running_dirty and running is self.prev_running and len(running) == self.prev_len \
                 and order == self.prev_order:
             # Same requests, same plan order: vLLM's list is already in it.
-            return held, self._budget(sched, answers_active, decodes, prefill_budget), prefill_budget
+            return self._hold(sched, hold), self._budget(sched, answers_active, decodes, prefill_budget), \
+                prefill_budget
         ordered = [reqs[i] for i in order]
         if len(ordered) != len(running):
             # Requests the plan does not order yet: prefilling (vLLM's) or
@@ -401,7 +385,32 @@ class _Adapter:
         self.prev_running = running
         self.prev_len = len(ordered)
         self.running_dirty = False
-        return held, self._budget(sched, answers_active, decodes, prefill_budget), prefill_budget
+        return self._hold(sched, hold), self._budget(sched, answers_active, decodes, prefill_budget), prefill_budget
+
+    def _hold(self, sched: Scheduler, hold: list[Request]) -> int:
+        """Gates this step's think decodes out (last, once nothing else can
+        fail: a fallback step must run vLLM's stock schedule); returns how many."""
+        if not hold:
+            return 0
+        # schedule() advances current_step before it checks eligibility, so
+        # current_step + 2 skips this call only; max keeps a longer wait vLLM
+        # set itself (V2 model runner with pipeline parallelism).
+        skip_until = sched.current_step + 2
+        for r in hold:
+            eligible = getattr(r, "next_decode_eligible_step", None)
+            if eligible is None:  # a vLLM without the gate: nothing can be held
+                self.log_once("no_gate", "meridian: this vLLM's Request has no next_decode_eligible_step; "
+                              "think decodes are not held (ordering and the prefill cap still act)")
+                return 0
+            if eligible < skip_until:
+                r.next_decode_eligible_step = skip_until
+            if r.num_output_placeholders and r.spec_token_ids:
+                # Async draft placeholders: the runner fills them from the
+                # previous step's drafts, which a request that sits a step out
+                # does not have. vLLM drops them at preemption too.
+                r.spec_token_ids = []
+        self.stats["throttled_decodes"] += len(hold)
+        return len(hold)
 
     def admission_held(self, sched: Scheduler) -> bool:
         """The core's admission watermarks on vLLM's pool: no new request
@@ -476,18 +485,10 @@ class _Adapter:
                     self.pending[rid] = None
         if self.parked:
             self._resume_sessions(scheduled)
-        # Context each scheduled token attends to: vLLM advanced
-        # num_computed_tokens in schedule(), so it is the context after the step.
-        reqs = sched.requests
-        mid_of = self.mid_of
-        kv = 0
-        ran = []
-        for rid in scheduled:
-            kv += reqs[rid].num_computed_tokens
-            mid = mid_of.get(rid)
-            if mid is not None:
-                ran.append(mid)
-        self.core.complete_engine_step(now, ran)
+        # One C++ pass: the core learns which requests it knows ran, and the
+        # step's context tokens come back (vLLM advanced num_computed_tokens
+        # in schedule(), so each is the context after the step).
+        kv = engine_step_ran(self.core, self.ids, now, scheduled, sched.requests)
         self.in_flight.append((out, now, out.total_num_scheduled_tokens, kv))
         self.telemetry.step(self.core)
 
