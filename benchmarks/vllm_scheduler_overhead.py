@@ -53,7 +53,7 @@ def make(cls, n: int):
 class HookTimer:
     """Times the adapter's per-step hooks in place (one sum per step)."""
 
-    HOOKS = ("before_schedule", "admission_held", "after_schedule", "before_update", "after_update", "sync_metrics")
+    HOOKS = ("before_schedule", "admission_limit", "after_schedule", "before_update", "after_update", "sync_metrics")
 
     def __init__(self) -> None:
         from meridian.vllm.scheduler import _Adapter

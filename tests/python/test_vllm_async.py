@@ -376,39 +376,38 @@ def test_with_a_kv_connector_dropped_outputs_never_reach_the_router(tmp_path, mo
     assert stats["phase_exits"] == sum(END_THINK in toks for toks in delivered.values())
 
 
-def test_admission_waits_while_running_think_requests_growth_does_not_fit():
-    """The core's admission watermark on vLLM's pool: each running think
-    request keeps 128 tokens (8 blocks) of growth free; a new request waits
-    while the free blocks are below that, and starts once they are not.
-    Stock vLLM admits at once and preempts later."""
-    def first_step_of_late(cls) -> tuple[int, int]:
+def test_after_a_preemption_a_reasoning_prompt_waits_for_the_pool_to_recover():
+    """The core's admission lanes on vLLM's pool: once vLLM preempted, a
+    reasoning prompt (and a victim) waits until the free blocks pass the high
+    watermark (running think requests' growth plus 2 % of the pool). Stock
+    vLLM admits it as soon as it fits, to be preempted again."""
+    def admitted_at(cls, late_prompt: list[int]) -> tuple[int, int, int]:
         sched = build(cls, num_blocks=100)
         for i in range(12):
             sched.add_request(request(f"t{i}", prompt(16, i)))
-        tokens = {f"t{i}": [THINK] + [WORD] * (20 + 10 * i) + [END_THINK, WORD, EOS] for i in range(12)}
+        tokens = {f"t{i}": [THINK] + [WORD] * (100 + 20 * i) + [END_THINK, WORD, EOS] for i in range(12)}
         tokens["late"] = [WORD] * 5 + [EOS]
         stepper = TwoInFlight(sched, script(tokens))
-        for _ in range(4):
-            stepper.step()
-        sched.add_request(request("late", prompt(16, 99)))
-        for n in range(1, 400):
-            out, _ = stepper.step()
-            if "late" in out.num_scheduled_tokens:
-                break
-        stepper.drain()
-        for _ in range(400):
+        preempted_at = None
+        late_at = None
+        for n in range(1, 2000):
             if not sched.requests:
                 break
-            stepper.step()
+            out, _ = stepper.step()
+            if preempted_at is None and out.preempted_req_ids:
+                preempted_at = n
+                sched.add_request(request("late", late_prompt))
+            if late_at is None and "late" in {r.req_id for r in out.scheduled_new_reqs}:
+                late_at = n
         stepper.drain()
-        assert not sched.requests
-        held = sched.meridian_stats().get("admission_held_steps", 0) if cls is Scheduler else 0
-        return n, held
+        assert not sched.requests and preempted_at is not None and late_at is not None
+        held = sched.meridian_stats()["admission_held_steps"] if cls is Scheduler else 0
+        return late_at - preempted_at, held, len(sched.running)
 
-    stock_step, _ = first_step_of_late(AsyncScheduler)
-    meridian_step, held = first_step_of_late(Scheduler)
-    assert stock_step <= 2
-    assert held > 0 and meridian_step > stock_step
+    reasoning_prompt = prompt(16, 99) + [THINK]
+    stock_wait, _, _ = admitted_at(AsyncScheduler, reasoning_prompt)
+    meridian_wait, held, _ = admitted_at(Scheduler, reasoning_prompt)
+    assert held > 0 and meridian_wait > stock_wait
 
 
 def test_structured_output_requests_are_held_and_their_grammar_sees_exact_tokens(tmp_path, monkeypatch):

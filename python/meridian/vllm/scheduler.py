@@ -32,9 +32,11 @@ decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017, ADR-0024):
    prompt is chunked instead of stalling every stream; in such a step one
    chunk is capped at the plan's prefill budget (``long_prefill_token_threshold``).
 4. **Admission.** A chat prompt that arrives starts ahead of waiting reasoning
-   prompts (vLLM's FCFS queue re-ordered); while the running think requests'
-   growth does not fit in the free KV, or after a preemption until the pool
-   recovers, no new request starts (``max_num_active_reqs`` for that step).
+   prompts (vLLM's FCFS queue re-ordered); the core's watermarks hold back
+   preempted requests while the running think requests' growth does not fit,
+   and, after a preemption until the pool recovers, everything but chat
+   (``max_num_active_reqs`` for that step admits only the requests ahead of
+   the first one held).
 
 Phases come from the real ``PhaseRouter``, fed once per step with the tokens
 vLLM kept (an output vLLM drops as stale is not fed). The C++ scheduler sees
@@ -412,25 +414,43 @@ class _Adapter:
         self.stats["throttled_decodes"] += len(hold)
         return len(hold)
 
-    def admission_held(self, sched: Scheduler) -> bool:
-        """The core's admission watermarks on vLLM's pool: no new request
-        starts while the free blocks (free and evictable) are below the
-        growth the running think requests will need soon, nor, after a
-        preemption, until the pool recovers past the high watermark (so
-        victims are not re-admitted only to be preempted again). Nothing is
-        held while nothing runs. O(1)."""
-        if not sched.running or not sched.waiting:
-            return False
-        stats = self.core.last_stats
-        reserve = stats.think_queue_depth * self.growth_blocks
+    def admission_limit(self, sched: Scheduler) -> int | None:
+        """The core's admission watermarks, lane by lane, on vLLM's pool:
+        how many of the waiting requests, from the head, may start this step
+        (None: no limit). As the core's watermark(): outside memory pressure
+        only a preempted request (the resume lane) keeps the growth the
+        running think requests will need soon (128 tokens each) free; after a
+        preemption, until the free blocks pass the high watermark (that growth
+        plus 2 % of the pool), a chat prompt keeps the growth free and every
+        other request waits for the high watermark, so victims are not
+        re-admitted only to be preempted again. The soft think share is not
+        modelled inside vLLM. FCFS queue only; O(requests admitted)."""
+        waiting = sched.waiting
+        if not sched.running or not waiting or not isinstance(waiting, deque):
+            return None
+        reserve = self.core.last_stats.think_queue_depth * self.growth_blocks
         free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
         high = reserve + self.total_blocks // _HIGH_WATERMARK_DIVISOR
         if self.pressure and free >= high:
             self.pressure = False
-        held = free < (high if self.pressure else reserve)
-        if held:
-            self.stats["admission_held_steps"] += 1
-        return held
+        if free >= (high if self.pressure else reserve):
+            return None  # no lane is held
+        phase, mid_of = self.phase, self.mid_of
+        admitted = 0
+        for r in waiting:
+            victim = r.num_preemptions > 0
+            if self.pressure:
+                chat = not victim and phase.get(mid_of.get(r.request_id)) != _THINK
+                need = reserve if chat else high
+            else:
+                need = reserve if victim else 0
+            if free < need:
+                self.stats["admission_held_steps"] += 1
+                return admitted
+            admitted += 1
+            if admitted >= sched.max_num_running_reqs:
+                break
+        return None
 
     def _chat_prompts_first(self, waiting: Any) -> None:
         """vLLM's FCFS waiting queue, re-ordered as Meridian's admission lanes
@@ -665,9 +685,11 @@ class Scheduler(AsyncScheduler):
                 # chunk must not take the think decodes' share of a capped step.
                 if prefill_cap > 0 and not 0 < saved[1] <= prefill_cap:
                     config.long_prefill_token_threshold = prefill_cap
-            if m.admission_held(self):
+            admit = m.admission_limit(self)
+            if admit is not None:
                 # vLLM admits while running + parked sessions < max_num_active_reqs.
-                self.max_num_active_reqs = min(saved[2], len(self.running) + self.num_waiting_for_streaming_input)
+                self.max_num_active_reqs = min(
+                    saved[2], len(self.running) + self.num_waiting_for_streaming_input + admit)
         except Exception as e:  # noqa: BLE001 - the fail-safe
             m.failed("schedule (planning)", e)
             self.running[:] = before
