@@ -10,7 +10,8 @@ import pytest
 vllm_rig = pytest.importorskip("vllm_rig", reason="needs the vLLM package (make setup installs it)")
 
 from vllm_rig import (  # noqa: E402
-    END_THINK, EOS, THINK, WORD, AsyncScheduler, RequestStatus, TwoInFlight, build, prompt, request, script)
+    END_THINK, EOS, THINK, WORD, AsyncScheduler, RequestStatus, TwoInFlight, build, prompt, request, script,
+    slow_model_config)
 
 from meridian.vllm import Scheduler  # noqa: E402
 from meridian.vllm._setup import MeridianSetupError  # noqa: E402
@@ -23,19 +24,7 @@ THINK_PHASE = meridian.Phase.THINK_DECODE
 
 @pytest.fixture(autouse=True)
 def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("MERIDIAN_CONFIG", raising=False)
-    monkeypatch.delenv("MERIDIAN_MODEL", raising=False)
-
-
-def slow_model(tmp_path, monkeypatch) -> None:
-    """A static step-cost model in which only a few decodes fit the 20 ms
-    answer ceiling, so the plan leaves think decodes out."""
-    path = tmp_path / "meridian-test.toml"
-    path.write_text("[scheduler]\nstep_cost_online = false\nstep_cost_base_ms = 2.0\nstep_cost_per_token_ms = 1.0\n"
-                    "step_cost_per_kv_token_us = 0.0\nmin_prefill_tokens_per_step = 16\n")
-    monkeypatch.setenv("MERIDIAN_CONFIG", str(path))
+    vllm_rig.isolate_config(tmp_path, monkeypatch)
 
 
 def collect(outputs, into: dict[str, list[int]]) -> None:
@@ -74,7 +63,7 @@ def run_two_in_flight(sched, tokens: dict[str, list[int]], max_steps: int = 3000
 
 
 def test_think_decodes_are_held_with_two_steps_in_flight_and_outputs_are_exact(tmp_path, monkeypatch):
-    slow_model(tmp_path, monkeypatch)
+    slow_model_config(tmp_path, monkeypatch)
     sched = build(Scheduler)
     tokens = think_and_answer_workload(sched)
     delivered, per_step = run_two_in_flight(sched, tokens)
@@ -91,7 +80,7 @@ def test_think_decodes_are_held_with_two_steps_in_flight_and_outputs_are_exact(t
 def test_stock_async_scheduler_holds_nothing_in_the_same_scenario(tmp_path, monkeypatch):
     """The baseline (so the test above can fail): stock vLLM schedules every
     running request every step."""
-    slow_model(tmp_path, monkeypatch)
+    slow_model_config(tmp_path, monkeypatch)
     sched = build(AsyncScheduler)
     tokens = think_and_answer_workload(sched)
     delivered, per_step = run_two_in_flight(sched, tokens)
@@ -103,7 +92,7 @@ def test_stock_async_scheduler_holds_nothing_in_the_same_scenario(tmp_path, monk
 
 
 def test_held_requests_stay_in_the_running_list_and_keep_their_kv(tmp_path, monkeypatch):
-    slow_model(tmp_path, monkeypatch)
+    slow_model_config(tmp_path, monkeypatch)
     sched = build(Scheduler)
     tokens = think_and_answer_workload(sched)
     stepper = TwoInFlight(sched, script(tokens))
@@ -124,7 +113,7 @@ def run_pressure_two_in_flight(cls, tmp_path, monkeypatch):
     """24 think and 4 answer requests with KV for fewer, stepped two in
     flight, with the slow model so think decodes are held while answers
     stream: vLLM must preempt."""
-    slow_model(tmp_path, monkeypatch)
+    slow_model_config(tmp_path, monkeypatch)
     sched = build(cls, num_blocks=60)
     victims: list[tuple[str, bool, bool, bool]] = []  # (id, answer victim, think holds KV, victim was held)
 
@@ -196,7 +185,7 @@ def test_core_learns_step_times_from_what_vllm_ran(tmp_path, monkeypatch):
 def test_decodes_vllm_ran_beyond_the_plan_reach_the_core(tmp_path, monkeypatch):
     """A request marked no-throttle runs every step even when the plan leaves
     it out: the core counts each decode vLLM ran, planned or not."""
-    slow_model(tmp_path, monkeypatch)
+    slow_model_config(tmp_path, monkeypatch)
     sched = build(Scheduler)
     for i in range(24):
         args = {"meridian": {"throttle": False}} if i == 0 else None
@@ -316,7 +305,7 @@ def test_speculative_decoding_two_in_flight_never_schedules_drafts_the_runner_do
     placeholders (-1) from the previous step's drafts, so a request that sat
     the previous step out must not come back with placeholders. Held think
     requests drop theirs (as vLLM does at preemption); outputs stay exact."""
-    slow_model(tmp_path, monkeypatch)
+    slow_model_config(tmp_path, monkeypatch)
 
     def run(cls):
         sched = build(cls, spec_tokens=2)
@@ -357,7 +346,7 @@ def test_with_a_kv_connector_dropped_outputs_never_reach_the_router(tmp_path, mo
     in-flight output. Under KV pressure, two in flight, with think decodes
     held: no fallback, everything finishes, and the router's phase exits are
     exactly the </think> tokens vLLM delivered."""
-    slow_model(tmp_path, monkeypatch)
+    slow_model_config(tmp_path, monkeypatch)
     sched = build(Scheduler, num_blocks=60, kv_connector_dir=str(tmp_path / "kv"))
     assert sched.requires_kv_delivery
     tokens = think_and_answer_workload(sched)
@@ -420,7 +409,7 @@ def test_structured_output_requests_are_held_and_their_grammar_sees_exact_tokens
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher
 
-    slow_model(tmp_path, monkeypatch)
+    slow_model_config(tmp_path, monkeypatch)
     sched = build(Scheduler)
     a, b = 64, 65  # "a", "b" in the Qwen3 vocabulary
     tokens = think_and_answer_workload(sched, n_think=20, n_answer=4, think_len=30)

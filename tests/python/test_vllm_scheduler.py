@@ -9,7 +9,8 @@ import pytest
 
 vllm_rig = pytest.importorskip("vllm_rig", reason="needs the vLLM package (make setup installs it)")
 
-from vllm_rig import END_THINK, EOS, THINK, WORD, RequestStatus, build, prompt, request, script, step  # noqa: E402
+from vllm_rig import (  # noqa: E402
+    END_THINK, EOS, THINK, WORD, RequestStatus, build, prompt, request, script, slow_model_config, step, write_config)
 
 from meridian.vllm import Scheduler  # noqa: E402
 from meridian.vllm._setup import MeridianSetupError  # noqa: E402
@@ -36,20 +37,11 @@ def chat(n: int) -> list[int]:
 @pytest.fixture(autouse=True)
 def isolated_config(tmp_path, monkeypatch):
     """No meridian.toml from the developer's machine leaks in."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("MERIDIAN_CONFIG", raising=False)
-    monkeypatch.delenv("MERIDIAN_MODEL", raising=False)
+    vllm_rig.isolate_config(tmp_path, monkeypatch)
 
 
 def meridian_records(caplog, text: str) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == "meridian.vllm" and text in r.getMessage()]
-
-
-def write_config(tmp_path, monkeypatch, text: str) -> None:
-    path = tmp_path / "meridian-test.toml"
-    path.write_text(text)
-    monkeypatch.setenv("MERIDIAN_CONFIG", str(path))
 
 
 def test_is_an_async_scheduler_built_the_engine_way():
@@ -178,19 +170,6 @@ def test_victims_are_ordered_least_progress_last():
         step(sched, choose_think)
     order = [r.request_id for r in sched.running]
     assert order == ["answer", "long", "mid", "short"]
-
-
-def slow_model_config(tmp_path, monkeypatch) -> None:
-    """A static step-cost model in which only a few decodes fit the 20 ms
-    answer ceiling, so the plan leaves think decodes out."""
-    write_config(tmp_path, monkeypatch, """
-[scheduler]
-step_cost_online = false
-step_cost_base_ms = 2.0
-step_cost_per_token_ms = 1.0
-step_cost_per_kv_token_us = 0.0
-min_prefill_tokens_per_step = 16
-""")
 
 
 def test_think_decode_is_throttled_while_answers_stream_and_still_progresses(tmp_path, monkeypatch):

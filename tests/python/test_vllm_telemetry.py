@@ -17,10 +17,7 @@ from meridian.vllm import Scheduler  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def isolated_config(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("MERIDIAN_CONFIG", raising=False)
-    monkeypatch.delenv("MERIDIAN_MODEL", raising=False)
+    vllm_rig.isolate_config(tmp_path, monkeypatch)
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
 
 

@@ -101,6 +101,28 @@ def prompt(n: int, salt: int = 0) -> list[int]:
     return [2000 + (salt * 7919 + i) % 50000 for i in range(n)]
 
 
+def isolate_config(tmp_path: pathlib.Path, monkeypatch) -> None:
+    """No meridian.toml or preset from the developer's machine leaks into a test."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MERIDIAN_CONFIG", raising=False)
+    monkeypatch.delenv("MERIDIAN_MODEL", raising=False)
+
+
+def write_config(tmp_path: pathlib.Path, monkeypatch, text: str) -> None:
+    """A meridian.toml for the scheduler under test ($MERIDIAN_CONFIG)."""
+    path = tmp_path / "meridian-test.toml"
+    path.write_text(text)
+    monkeypatch.setenv("MERIDIAN_CONFIG", str(path))
+
+
+def slow_model_config(tmp_path: pathlib.Path, monkeypatch) -> None:
+    """A static step-cost model in which only a few decodes fit the 20 ms
+    answer ceiling, so the plan leaves think decodes out."""
+    write_config(tmp_path, monkeypatch, "[scheduler]\nstep_cost_online = false\nstep_cost_base_ms = 2.0\n"
+                 "step_cost_per_token_ms = 1.0\nstep_cost_per_kv_token_us = 0.0\nmin_prefill_tokens_per_step = 16\n")
+
+
 TokenChooser = Callable[[Request], int]
 
 
@@ -184,4 +206,4 @@ def script(tokens_by_request: dict[str, Iterable[int]], default: int = WORD) -> 
 
 
 __all__ = ["AsyncScheduler", "Request", "RequestStatus", "SamplingParams", "build", "request", "prompt",
-           "step", "script", "TwoInFlight", "THINK", "END_THINK", "EOS", "TOOL_CALL", "WORD", "TINY_MODEL", "vllm_config"]
+           "step", "script", "TwoInFlight", "isolate_config", "write_config", "slow_model_config", "THINK", "END_THINK", "EOS", "TOOL_CALL", "WORD", "TINY_MODEL", "vllm_config"]
