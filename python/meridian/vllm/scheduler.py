@@ -177,8 +177,6 @@ class _Adapter:
         # Output-token positions where thinking started / ended (KV tiers).
         self.think_start: dict[int, int] = {}
         self.think_end: dict[int, int] = {}
-        self.last_schedule_ns = 0
-        self.predicted_ms = 0.0
         self.logged: set[str] = set()
         self.stats = {
             "steps": 0,
@@ -343,9 +341,7 @@ class _Adapter:
         if self.waiting_dirty:
             self.waiting_dirty = False
             self._chat_prompts_first(sched.waiting)
-        unplanned, order, prefill_budget, answers_active, predicted = self.core.plan_for_engine(
-            self.limits, now)
-        self.predicted_ms = predicted
+        unplanned, order, prefill_budget, answers_active, _ = self.core.plan_for_engine(self.limits, now)
         reqs = self.requests
         running = sched.running
         no_throttle = self.no_throttle
