@@ -9,12 +9,13 @@
 //   1. answer-phase decode (mandatory; may preempt think, then answer victims)
 //   2. swap-ins of preempted answer-phase requests
 //   3. think decode that is due under the think TPOT guarantee (mandatory)
-//   4. more think decode, oldest-last-token first, up to the think cap and,
-//      while answers stream, the output TPOT ceiling (leaving the prefill floor)
-//   5. prefill in lanes, each FCFS and none blocking another: chat arrivals,
+//   4. prefill in lanes, each FCFS and none blocking another: chat arrivals,
 //      reasoning arrivals, then recompute victims (which keep a share of the
 //      budget), within the step ceiling but never less than
 //      min_prefill_tokens_per_step.
+//   5. more think decode, oldest-last-token first, up to the think cap and
+//      the step ceiling (ADR-0025: a waiting prompt before think tokens the
+//      guarantee does not need).
 //   6. with nothing running and nothing planned, partial prefills give way
 //      to the one furthest along (release_partial_prefills()).
 // Think KV has no wall: think_phase_memory_fraction is a soft share that only
@@ -599,21 +600,35 @@ struct DualQueueScheduler::Impl {
     if (left > 0) prefill_lanes(Queue::kWaitQueue, left, blocked);
   }
 
-  // Leaves `reserve_tokens` (and one sequence slot) for the prefill floor.
-  void decode_optional_think(bool output_active, double ceiling_ms, std::uint32_t think_cap,
-                             std::uint32_t reserve_tokens) {
-    const std::uint32_t reserve_seqs = reserve_tokens > 0 ? 1 : 0;
+  // New blocks the think requests optional think may serve would need for
+  // their next token (one each at a block boundary), up to the think cap.
+  [[nodiscard]] std::uint64_t optional_think_growth_blocks(std::uint32_t think_cap) const {
+    std::uint64_t blocks = 0;
+    std::uint32_t served = plan.stats.think_batch;
+    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil && served < think_cap;
+         s = table.at(s).next) {
+      const Slot& r = table.at(s);
+      if (in_batch(r) || r.stalled_step == step) continue;
+      ++served;
+      if (block_boundary(r.computed)) ++blocks;
+    }
+    return blocks;
+  }
+
+  // Think decode beyond what is due, oldest last token first, while the step
+  // stays within `ceiling_ms` and the think cap. Runs after prefill: a prompt
+  // waiting for its first token (TTFT) comes before think tokens the think
+  // TPOT guarantee does not need (ADR-0025).
+  void decode_optional_think(double ceiling_ms, std::uint32_t think_cap) {
     // The cost model is monotone in both features, so when even a request
     // with no context would pass the ceiling, every one would: the walk
     // (which would skip the whole due batch first) is not needed.
-    if (output_active && model.predict_ms(tok + 1, kv + 1) > ceiling_ms) return;
+    if (model.predict_ms(tok + 1, kv + 1) > ceiling_ms) return;
     for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
-      if (plan.stats.think_batch >= think_cap || seqs_left <= reserve_seqs || tokens_left <= reserve_tokens) {
-        return;
-      }
+      if (plan.stats.think_batch >= think_cap || seqs_left == 0 || tokens_left == 0) return;
       const Slot& r = table.at(s);
       if (in_batch(r) || r.stalled_step == step) continue;  // due: planned, or found no block
-      if (output_active && model.predict_ms(tok + 1, kv + r.computed + 1) > ceiling_ms) return;
+      if (model.predict_ms(tok + 1, kv + r.computed + 1) > ceiling_ms) return;
       if (try_decode(s, false, false)) ++plan.stats.think_batch;
     }
   }
@@ -724,18 +739,31 @@ struct DualQueueScheduler::Impl {
     swap_in();
     const bool waiting = st.waiting_depth > 0;
     const std::uint32_t floor_tokens = waiting ? std::min(opt.min_prefill_tokens_per_step, tokens_left) : 0;
-    // No step of this plan can be longer than one holding every running
-    // request plus the prefill floor, or the ceiling: bound S by it too.
-    const double full_step_ms = model.predict_ms(std::uint64_t{running_count} + floor_tokens,
-                                                 running_context + running_count + floor_tokens);
-    decode_due_think(now_ns, std::max({st.step_ceiling_ms, recent_step_ms, full_step_ms}));
-    st.think_batch = st.due_think;
-    decode_optional_think(output_active, st.step_ceiling_ms, st.think_batch_cap, floor_tokens);
     // Prefill may borrow what recent steps left unused below the ceiling: the
     // answer SLO bounds the *mean* gap, so one longer step after a few short
     // ones keeps it, and a prompt finishes in fewer steps (TTFT).
     const double slack_ms = recent_step_ms > 0 ? std::max(0.0, st.step_ceiling_ms - recent_step_ms) : 0.0;
-    prefill(st.step_ceiling_ms + kPrefillSlackSteps * slack_ms);
+    const double prefill_ceiling_ms = st.step_ceiling_ms + kPrefillSlackSteps * slack_ms;
+    // No step of this plan can be longer than one holding every running
+    // request plus the prefill floor, the prefill's ceiling or the step
+    // ceiling: bound S by it too.
+    const double full_step_ms = model.predict_ms(std::uint64_t{running_count} + floor_tokens,
+                                                 running_context + running_count + floor_tokens);
+    decode_due_think(
+        now_ns, std::max({waiting ? prefill_ceiling_ms : st.step_ceiling_ms, recent_step_ms, full_step_ms}));
+    st.think_batch = st.due_think;
+    // Prefill goes before optional think for time, not for KV: the blocks the
+    // next think tokens need stay out of its reach, or a prompt admitted now
+    // would stall running requests into preemption.
+    const std::uint64_t think_growth =
+        std::min(free_blocks, optional_think_growth_blocks(st.think_batch_cap));
+    free_blocks -= think_growth;
+    prefill(prefill_ceiling_ms);
+    free_blocks += think_growth;
+    // Without answers the ceiling is only the step the think guarantee plans
+    // with: every running request plus the prefill floor also fits in it.
+    decode_optional_think(output_active ? st.step_ceiling_ms : std::max(st.step_ceiling_ms, full_step_ms),
+                          st.think_batch_cap);
     if (plan.work.empty() && running_count == 0) release_partial_prefills();
     finalize();
     plan_pending = true;

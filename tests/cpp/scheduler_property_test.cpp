@@ -299,23 +299,24 @@ RC_GTEST_PROP(SchedulerProperty, PartialPrefillsNeverParkAnIdleEngine, ()) {
 }
 
 TEST(SchedulerProperty, PartialPrefillsHoldingThePoolWithNothingRunningGiveWay) {
-  // A case the property above found (shrunk): once the two think requests
-  // finish, the big prompts' partial prefills hold all 42 blocks and nothing
-  // runs. Before the fix every later step was empty.
+  // A case of the property above's generator: once the two think requests
+  // finish, the big prompts' partial prefills hold all 18 blocks and nothing
+  // runs. Before the fix every later step was empty. (Re-found with prefill
+  // ahead of optional think, ADR-0025: the first case no longer got there.)
   SchedulerOptions o = base_options();
   o.preempt_max_fraction = 0.01;
   o.preempt_readmit_guard_steps = 0;
   o.min_prefill_tokens_per_step = 16;
-  o.total_kv_blocks = 42;
+  o.total_kv_blocks = 18;
   StepLimits limits;
   limits.max_sequences = 3;
-  limits.token_budget = 53;
-  MiniEngine engine(o, kH100, kv_options(42, 0.05), limits);
-  engine.submit({1, 1, 13, 4, 0});
-  engine.submit({2, 11, 55, 1, 0});
-  engine.submit({3, 326, 0, 1, 5'000'000});
-  engine.submit({4, 356, 46, 1, 1'000'000});
-  engine.submit({5, 244, 0, 14, 5'000'000});
+  limits.token_budget = 54;
+  MiniEngine engine(o, kH100, kv_options(18, 0.05), limits);
+  engine.submit({1, 28, 141, 7, 0});
+  engine.submit({2, 22, 124, 14, 0});
+  engine.submit({3, 158, 62, 4, 21'000'000});
+  engine.submit({4, 149, 0, 1, 87'000'000});
+  engine.submit({5, 136, 0, 29, 80'000'000});
   std::uint64_t parked = 0;  // steps with nothing running, no work, and requests waiting
   while (engine.steps() < 10'000) {
     const std::uint64_t idle_before = engine.idle_steps();

@@ -146,7 +146,9 @@ TEST(SchedulerTrace, PrefillWaitsForBlocksInsteadOfPreempting) {
   rig.add(2, 8);
   run_table(rig, {
                      {nullptr, blocks(3), "p1:8 p2:4"},
-                     {nullptr, blocks(0), "-"},  // think 1 needs a block: 2's partial prefill is the victim
+                     // Think 1 needs a block; a prompt waits, so the step may run as long as
+                     // the prefill's ceiling and 1 is due: 2's partial prefill is the victim.
+                     {nullptr, blocks(0), "!2r T1"},
                  });
 }
 
@@ -281,12 +283,13 @@ TEST(SchedulerTrace, PartialPrefillsHoldingEveryBlockWithNothingRunningReleaseAl
   run_table(rig, {
                      {nullptr, blocks(8), "p1:4", kPrefillMs},
                      // 2 (reasoning) is held back while 1 runs (think KV over its
-                     // share); chat 3 takes the 3 blocks left after 1's decode.
+                     // share); chat 3 takes the 3 blocks left after 1's decode (due:
+                     // with prompts waiting the step may run to the prefill's ceiling).
                      {[](SchedulerRig& r) {
                         r.add(2, 24);
                         r.add(3, 20, false);
                       },
-                      blocks(4, 0), "t1 p3:12"},
+                      blocks(4, 0), "T1 p3:12"},
                      // 1 ends: nothing runs, 2 takes the 5 free blocks (of 6).
                      {[](SchedulerRig& r) { r.scheduler.finish(1); }, blocks(5), "p2:20"},
                      // 2 holds 5 blocks, 3 holds 3: neither can move. 3 (less
