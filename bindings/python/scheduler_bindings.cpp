@@ -12,6 +12,7 @@
 #include "bindings.h"
 #include "meridian/kv_block_manager.h"
 #include "meridian/phase_router.h"
+#include "meridian/request_clock.h"
 #include "meridian/request_id_map.h"
 #include "meridian/scheduler.h"
 #include "meridian/step_cost_model.h"
@@ -32,83 +33,151 @@ std::string_view utf8_view(nb::handle h) {
   return {data, static_cast<std::size_t>(size)};
 }
 
-// One engine step's sampled tokens (vLLM: ModelRunnerOutput.req_ids and
-// .sampled_token_ids) into the router, for phase tracking only: a request's
-// tokens are fed when one of them is in `boundary_ids` (think start/end,
-// EOS, tool-call markers); ordinary tokens change no phase and are skipped
-// without even looking the request up. That keeps the per-step cost to one
-// pass over the token lists (a string lookup per request was most of the
-// adapter's cost at 1,024 running). The router's token counts are therefore
-// not maintained; only its phases are. Returns the events.
-std::vector<PhaseEvent> engine_step_boundaries(PhaseRouter& router, const RequestIdMap& ids,
-                                               nb::handle req_ids, nb::handle sampled,
-                                               const std::vector<TokenId>& boundary_ids) {
-  thread_local std::vector<RequestId> batch_ids;
-  thread_local std::vector<TokenId> batch_tokens;
-  thread_local std::vector<TokenId> request_tokens;
-  thread_local std::vector<PhaseEvent> events;
-  batch_ids.clear();
-  batch_tokens.clear();
-  auto token_at = [](nb::handle tokens, Py_ssize_t i) -> TokenId {
-    if (PyList_Check(tokens.ptr())) return nb::cast<TokenId>(nb::handle(PyList_GET_ITEM(tokens.ptr(), i)));
-    return nb::cast<TokenId>(nb::steal(PySequence_GetItem(tokens.ptr(), i)));
-  };
-  nb::iterator tokens_it = nb::iter(sampled);
-  for (nb::handle rid : req_ids) {
-    if (tokens_it == nb::iterator::sentinel()) break;
-    nb::handle tokens = *tokens_it;
-    ++tokens_it;
-    const Py_ssize_t n = PySequence_Size(tokens.ptr());
-    if (n < 0) throw nb::python_error();
-    request_tokens.clear();
-    bool boundary = false;
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      const TokenId t = token_at(tokens, i);
-      request_tokens.push_back(t);
-      boundary = boundary || std::find(boundary_ids.begin(), boundary_ids.end(), t) != boundary_ids.end();
-    }
-    if (!boundary) continue;
-    const auto id = ids.find(utf8_view(rid));
-    if (!id) continue;
-    for (const TokenId t : request_tokens) {
-      batch_ids.push_back(*id);
-      batch_tokens.push_back(t);
-    }
+// The Meridian id of vLLM request id `rid` in the adapter's `mid_of` dict
+// (str -> int). A dict lookup by the very str object vLLM keys its own maps
+// with: the hash is cached in the object and the key matches by identity, so
+// a cold lookup costs two cache misses, where RequestIdMap hashes the bytes and
+// takes a shard lock (most of the per-step cost at 1,024 running).
+std::optional<RequestId> mid_of_rid(nb::handle mid_of, nb::handle rid) {
+  PyObject* mid = PyDict_GetItemWithError(mid_of.ptr(), rid.ptr());  // borrowed
+  if (mid == nullptr) {
+    if (PyErr_Occurred() != nullptr) throw nb::python_error();
+    return std::nullopt;
   }
-  std::size_t n_events = 0;
-  if (!batch_ids.empty()) {
-    nb::gil_scoped_release release;
-    events.resize(batch_ids.size());
-    n_events = router.on_tokens(batch_ids, batch_tokens, events);
-  }
-  return {events.begin(), events.begin() + static_cast<std::ptrdiff_t>(n_events)};
+  return nb::cast<RequestId>(nb::handle(mid));
 }
 
+// One engine step's sampled tokens (vLLM: ModelRunnerOutput.req_ids and
+// .sampled_token_ids, req_ids[i] sampled the list sampled[i]), read once:
+// take() times each request's tokens in the RequestClock (before vLLM's
+// update, which releases finished requests) and stages the tokens of the
+// requests that sampled a boundary id (think start/end, EOS, tool-call
+// markers); feed() gives those to the router in one batch (after the update,
+// where phase changes apply). Ordinary tokens change no phase, so the
+// router's token counts are not maintained; only its phases are. One native
+// pass instead of a Python loop per request was most of the adapter's
+// per-step cost (docs/benchmarks.md). Binding-only: it reads Python objects.
+class EngineStepTokens {
+ public:
+  void take(telemetry::RequestClock& clock, nb::dict mid_of, nb::handle req_ids, nb::handle sampled,
+            const std::vector<TokenId>& boundary_ids, double now_s) {
+    staged_ids_.clear();
+    staged_tokens_.clear();
+    // vLLM hands lists; PySequence_Fast takes any sequence without a copy of a list.
+    const nb::object rid_seq = nb::steal(PySequence_Fast(req_ids.ptr(), "req_ids must be a sequence"));
+    if (!rid_seq.is_valid()) throw nb::python_error();
+    const nb::object tok_seq = nb::steal(PySequence_Fast(sampled.ptr(), "sampled must be a sequence"));
+    if (!tok_seq.is_valid()) throw nb::python_error();
+    const Py_ssize_t rows =
+        std::min(PySequence_Fast_GET_SIZE(rid_seq.ptr()), PySequence_Fast_GET_SIZE(tok_seq.ptr()));
+    PyObject** rid_items = PySequence_Fast_ITEMS(rid_seq.ptr());
+    PyObject** tok_items = PySequence_Fast_ITEMS(tok_seq.ptr());
+    for (Py_ssize_t row = 0; row < rows; ++row) {
+      const nb::handle tokens(tok_items[row]);
+      const Py_ssize_t n = PySequence_Size(tokens.ptr());
+      if (n < 0) throw nb::python_error();
+      if (n == 0) continue;
+      const auto id = mid_of_rid(mid_of, nb::handle(rid_items[row]));
+      if (!id) continue;
+      request_tokens_.clear();
+      bool boundary = false;
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        const TokenId t = token_at(tokens, i);
+        request_tokens_.push_back(t);
+        boundary = boundary || std::find(boundary_ids.begin(), boundary_ids.end(), t) != boundary_ids.end();
+      }
+      clock.sampled(*id, request_tokens_.front(), now_s);
+      if (!boundary) continue;
+      for (const TokenId t : request_tokens_) {
+        staged_ids_.push_back(*id);
+        staged_tokens_.push_back(t);
+      }
+    }
+  }
+
+  // The staged boundary tokens into `router`; returns its events.
+  std::vector<PhaseEvent> feed(PhaseRouter& router) {
+    std::size_t n_events = 0;
+    if (!staged_ids_.empty()) {
+      nb::gil_scoped_release release;
+      events_.resize(staged_ids_.size());
+      n_events = router.on_tokens(staged_ids_, staged_tokens_, events_);
+    }
+    staged_ids_.clear();
+    staged_tokens_.clear();
+    return {events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n_events)};
+  }
+
+  [[nodiscard]] std::size_t staged() const noexcept { return staged_ids_.size(); }
+
+ private:
+  static TokenId token_at(nb::handle tokens, Py_ssize_t i) {
+    if (PyList_Check(tokens.ptr())) return nb::cast<TokenId>(nb::handle(PyList_GET_ITEM(tokens.ptr(), i)));
+    return nb::cast<TokenId>(nb::steal(PySequence_GetItem(tokens.ptr(), i)));
+  }
+
+  std::vector<RequestId> staged_ids_;
+  std::vector<TokenId> staged_tokens_;
+  std::vector<TokenId> request_tokens_;
+  std::vector<PhaseEvent> events_;
+};
+
 // What vLLM scheduled in one step (vLLM: SchedulerOutput.num_scheduled_tokens,
-// keyed by request id; `requests`: Scheduler.requests), told to the core in one
-// pass: every request the core knows that ran made a decode step
-// (complete_engine_step). Returns the step's context tokens (each scheduled
-// request's num_computed_tokens after scheduling), a step-cost feature.
-std::uint64_t engine_step_ran(DualQueueScheduler& sched, const RequestIdMap& ids, std::int64_t end_ns,
-                              nb::handle scheduled, nb::handle requests) {
+// keyed by request id), told to the core in one pass: every request the core
+// knows that ran made a decode step (complete_engine_step).
+void engine_step_ran(DualQueueScheduler& sched, nb::dict mid_of, std::int64_t end_ns, nb::handle scheduled) {
   thread_local std::vector<RequestId> ran;
   ran.clear();
-  std::uint64_t kv = 0;
-  nb::str computed("num_computed_tokens");
-  for (nb::handle rid : scheduled) {
-    PyObject* request = PyDict_GetItemWithError(requests.ptr(), rid.ptr());  // borrowed
+  auto one = [&](nb::handle rid) {
+    if (const auto id = mid_of_rid(mid_of, rid)) ran.push_back(*id);
+  };
+  if (PyDict_Check(scheduled.ptr())) {  // vLLM's num_scheduled_tokens: no iterator object
+    Py_ssize_t pos = 0;
+    PyObject* key = nullptr;
+    PyObject* value = nullptr;
+    while (PyDict_Next(scheduled.ptr(), &pos, &key, &value) != 0) one(nb::handle(key));
+  } else {
+    for (nb::handle rid : scheduled) one(rid);
+  }
+  nb::gil_scoped_release release;
+  sched.complete_engine_step(end_ns, ran);
+}
+
+// [requests[m] for m in mids] (the adapter's Meridian id -> vLLM Request
+// dict): one native pass; KeyError naming the id when one is missing.
+nb::list engine_requests_of(nb::dict requests, nb::handle mids) {
+  const nb::object seq = nb::steal(PySequence_Fast(mids.ptr(), "mids must be a sequence"));
+  if (!seq.is_valid()) throw nb::python_error();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+  PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+  nb::list out = nb::steal<nb::list>(PyList_New(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* request = PyDict_GetItemWithError(requests.ptr(), items[i]);  // borrowed
     if (request == nullptr) {
-      if (PyErr_Occurred() != nullptr) throw nb::python_error();
-      continue;
+      if (PyErr_Occurred() == nullptr) PyErr_SetObject(PyExc_KeyError, items[i]);
+      throw nb::python_error();
     }
-    kv += nb::cast<std::uint64_t>(nb::steal(PyObject_GetAttr(request, computed.ptr())));
-    if (const auto id = ids.find(utf8_view(rid))) ran.push_back(*id);
+    Py_INCREF(request);
+    PyList_SET_ITEM(out.ptr(), i, request);  // steals the reference
   }
-  {
-    nb::gil_scoped_release release;
-    sched.complete_engine_step(end_ns, ran);
+  return out;
+}
+
+// running[:] = ordered, when `ordered` holds as many requests as `running`
+// and each one's status is `running_status` (vLLM keeps every RUNNING request
+// in its list); returns false, changing nothing, otherwise.
+bool engine_replace_running(nb::list running, nb::list ordered, nb::handle running_status) {
+  const Py_ssize_t n = PyList_GET_SIZE(ordered.ptr());
+  if (n != PyList_GET_SIZE(running.ptr())) return false;
+  static PyObject* const status = PyUnicode_InternFromString("status");  // never released (see above)
+  if (status == nullptr) throw nb::python_error();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const nb::object s = nb::steal(PyObject_GetAttr(PyList_GET_ITEM(ordered.ptr(), i), status));
+    if (!s.is_valid()) throw nb::python_error();
+    if (!s.is(running_status)) return false;
   }
-  return kv;
+  if (PyList_SetSlice(running.ptr(), 0, n, ordered.ptr()) != 0) throw nb::python_error();
+  return true;
 }
 
 template <typename T, std::size_t N>
@@ -463,15 +532,30 @@ void bind_step_driver(nb::module_& m) {
 }  // namespace
 
 void bind_scheduler(nb::module_& m) {
-  m.def(
-      "engine_step_boundaries", &engine_step_boundaries, "router"_a, "ids"_a, "req_ids"_a, "sampled"_a,
-      "boundary_ids"_a,
-      "One engine step's tokens (req_ids[i] sampled the list sampled[i]): the requests that sampled a "
-      "boundary id are fed to `router` in one batch (phases only; counts are not kept); returns the events");
-  m.def(
-      "engine_step_ran", &engine_step_ran, "scheduler"_a, "ids"_a, "end_ns"_a, "scheduled"_a, "requests"_a,
-      "One engine step as vLLM scheduled it (scheduled: request id -> tokens; requests: id -> vLLM Request): "
-      "complete_engine_step() with the requests `ids` knows; returns the step's context tokens");
+  nb::class_<EngineStepTokens>(
+      m, "EngineStepTokens",
+      "One engine step's sampled tokens read once: take() times them in a "
+      "RequestClock and stages the boundary tokens, feed() gives those to the router "
+      "(one per engine loop; not thread-safe)")
+      .def(nb::init<>())
+      .def("take", &EngineStepTokens::take, "clock"_a, "mid_of"_a, "req_ids"_a, "sampled"_a, "boundary_ids"_a,
+           "now_s"_a,
+           "req_ids[i] sampled the list sampled[i] at now_s: time each request's tokens (those `mid_of` "
+           "knows) "
+           "in `clock` and stage "
+           "the tokens of those that sampled a boundary id (replacing what was staged)")
+      .def("feed", &EngineStepTokens::feed, "router"_a,
+           "Feed the staged tokens to `router` in one batch (phases only; counts are not kept); returns the "
+           "events and clears the stage")
+      .def_prop_ro("staged", &EngineStepTokens::staged, "tokens staged for the router");
+  m.def("engine_requests_of", &engine_requests_of, "requests"_a, "mids"_a,
+        "[requests[m] for m in mids] in one native pass (KeyError for a missing id)");
+  m.def("engine_replace_running", &engine_replace_running, "running"_a, "ordered"_a, "running_status"_a,
+        "running[:] = ordered if both hold as many requests and each ordered one's status is running_status; "
+        "returns whether it did");
+  m.def("engine_step_ran", &engine_step_ran, "scheduler"_a, "mid_of"_a, "end_ns"_a, "scheduled"_a,
+        "One engine step as vLLM scheduled it (scheduled: request id -> tokens): complete_engine_step() "
+        "with the requests `mid_of` (vLLM request id -> Meridian id) knows");
   bind_cost_model(m);
   bind_plan_types(m);
   bind_scheduler_class(m);

@@ -23,6 +23,7 @@
 #include "meridian/kv_offload_counters.h"
 #include "meridian/metrics.h"
 #include "meridian/phase_router.h"
+#include "meridian/request_clock.h"
 #include "meridian/scheduler.h"
 
 namespace nb = nanobind;
@@ -36,6 +37,7 @@ using telemetry::MetricId;
 using telemetry::MetricRegistry;
 using telemetry::MetricSpec;
 using telemetry::MetricType;
+using telemetry::RequestClock;
 
 struct Series {
   MetricId id;
@@ -243,6 +245,25 @@ void bind_telemetry(nb::module_& m) {
           },
           "ttft_s"_a = -1.0, "ttfv_s"_a = -1.0, "ttot_s"_a = -1.0, "e2e_s"_a = -1.0, "completed"_a = false,
           "slo_met"_a = false);
+
+  nb::class_<RequestClock>(m, "RequestClock",
+                           "Per-request wall-clock times of an engine adapter (TTFT, TTFV, TTOT, answer ITL, "
+                           "E2E, SLO verdict) recorded into an EngineMetrics (one per engine loop; keeps the "
+                           "feed alive)")
+      .def(
+          "__init__",
+          [](RequestClock* self, EngineMetrics& feed, double ttft_s, double output_tpot_s,
+             double think_tpot_s, const std::vector<TokenId>& think_start_ids) {
+            new (self) RequestClock(feed, {ttft_s, output_tpot_s, think_tpot_s}, think_start_ids);
+          },
+          "feed"_a, "ttft_s"_a, "output_tpot_s"_a, "think_tpot_s"_a, "think_start_ids"_a,
+          nb::keep_alive<1, 2>())
+      .def("add", &RequestClock::add, "request_id"_a, "arrival_s"_a, "thinking"_a)
+      .def("set_thinking", &RequestClock::set_thinking, "request_id"_a, "thinking"_a)
+      .def("think_ended", &RequestClock::think_ended, "request_id"_a, "now_s"_a)
+      .def("sampled", &RequestClock::sampled, "request_id"_a, "first_token"_a, "now_s"_a)
+      .def("finish", &RequestClock::finish, "request_id"_a, "completed"_a, "think_tokens"_a, "now_s"_a)
+      .def("__len__", &RequestClock::size);
 }
 
 }  // namespace meridian::python

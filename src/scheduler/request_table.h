@@ -76,6 +76,8 @@ class RequestTable {
     return it == index_.end() ? kNil : it->second;
   }
   [[nodiscard]] std::size_t size() const noexcept { return index_.size(); }
+  /// Slots ever made (live or free): every slot index is below it.
+  [[nodiscard]] std::size_t slot_count() const noexcept { return slots_.size(); }
   [[nodiscard]] std::uint32_t front(std::uint8_t q) const { return heads_[q].head; }
   [[nodiscard]] std::uint32_t depth(std::uint8_t q) const { return heads_[q].size; }
 

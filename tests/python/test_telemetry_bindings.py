@@ -166,3 +166,61 @@ def test_concurrent_adds_from_python_threads_lose_nothing():
         t.join()
     assert r.value("meridian_vocab_fallback_total") == 8000
     assert r.value("meridian_output_itl_seconds") == 8000
+
+
+def _clock(registry):
+    return meridian.RequestClock(EngineMetrics(registry), ttft_s=1.0, output_tpot_s=0.02, think_tpot_s=0.08,
+                                 think_start_ids=[THINK])
+
+
+def test_request_clock_times_a_reasoning_request_into_the_registry():
+    registry = MetricRegistry()
+    clock = _clock(registry)
+    clock.add(1, 0.0, True)
+    clock.sampled(1, WORD, 0.1)  # TTFT; thinking: not visible
+    clock.think_ended(1, 0.2)
+    clock.set_thinking(1, False)
+    clock.sampled(1, WORD, 0.21)
+    clock.sampled(1, WORD, 0.22)
+    clock.finish(1, True, 3, 0.3)
+    assert len(clock) == 0
+    assert series(registry, "meridian_request_ttft_seconds")["series"][0]["sum"] == pytest.approx(0.1)
+    assert series(registry, "meridian_request_ttot_seconds")["series"][0]["sum"] == pytest.approx(0.01)
+    assert series(registry, "meridian_output_itl_seconds")["series"][0]["count"] == 1
+    met = [s["value"] for s in series(registry, "meridian_slo_requests_total")["series"]]
+    assert met == [1, 0]
+
+
+def test_request_clock_refuses_a_bound_that_is_not_positive():
+    with pytest.raises(ValueError, match="slo.output_tpot_s"):
+        meridian.RequestClock(EngineMetrics(MetricRegistry()), ttft_s=1.0, output_tpot_s=0.0, think_tpot_s=0.08,
+                              think_start_ids=[THINK])
+
+
+def test_engine_step_tokens_times_every_request_and_feeds_only_boundaries():
+    from meridian._meridian import EngineStepTokens
+
+    registry = MetricRegistry()
+    clock = _clock(registry)
+    router = meridian.PhaseRouter(meridian.MeridianConfig.defaults(), "qwen3")
+    ids = meridian.RequestIdMap()
+    a, b = ids.intern("a"), ids.intern("b")
+    mid_of = {"a": a, "b": b}
+    assert router.begin(a, [THINK]) == meridian.Phase.THINK_DECODE
+    assert router.begin(b, [WORD]) != meridian.Phase.THINK_DECODE
+    clock.add(a, 0.0, True)
+    clock.add(b, 0.0, False)
+    step = EngineStepTokens()
+    # "zz" is unknown; b's empty list sampled nothing; a's tuple ends its think block.
+    step.take(clock, mid_of, ["a", "b", "zz"], [(WORD, END_THINK), [WORD], [WORD]], [THINK, END_THINK, IM_END], 0.5)
+    assert step.staged == 2  # a's two tokens, b's ordinary one is not staged
+    events = step.feed(router)
+    assert [(e.request_id, e.kind) for e in events] == [(a, meridian.PhaseEventKind.EXIT_THINK)]
+    assert step.staged == 0 and step.feed(router) == []
+    step.take(clock, mid_of, ["b"], [[]], [THINK, END_THINK, IM_END], 0.6)  # nothing sampled: not timed
+    step.take(clock, mid_of, ["b"], [[WORD]], [THINK, END_THINK, IM_END], 0.7)
+    clock.finish(b, True, 0, 0.8)
+    assert series(registry, "meridian_request_ttft_seconds")["series"][0]["sum"] == pytest.approx(0.5)
+    assert series(registry, "meridian_output_itl_seconds")["series"][0]["sum"] == pytest.approx(0.2)
+    with pytest.raises(TypeError, match="sampled must be a sequence"):
+        step.take(clock, mid_of, ["a"], 5, [THINK], 0.9)

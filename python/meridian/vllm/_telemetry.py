@@ -1,8 +1,8 @@
 """Meridian's metrics from inside vLLM (the adapter's and the logits processor's).
 
 One ``EngineTelemetry`` per ``meridian.vllm.Scheduler`` (so per engine core):
-a C++ ``MetricRegistry`` the engine loop records into (relaxed atomics; the
-per-token Python work is a dict lookup and one C++ call per visible token),
+a C++ ``MetricRegistry`` the engine loop records into (relaxed atomics; a
+step's tokens are timed by a C++ ``RequestClock`` in one native pass),
 fed by ``EngineMetrics`` from the real router and scheduler, and mirrored at
 most every ``SYNC_INTERVAL_S`` into prometheus_client objects
 (``meridian.telemetry.prometheus``) that reach the operator two ways:
@@ -57,31 +57,19 @@ SLO_TTFT_S = 1.0
 _current: weakref.ref[EngineTelemetry] | None = None
 
 
-class _Times:
-    """One request's timestamps (seconds, wall clock; -1: not yet)."""
-
-    __slots__ = ("arrival", "first_token", "think_end", "first_visible", "last_visible", "visible")
-
-    def __init__(self, arrival: float) -> None:
-        self.arrival = arrival
-        self.first_token = -1.0
-        self.think_end = -1.0
-        self.first_visible = -1.0
-        self.last_visible = -1.0
-        self.visible = 0
-
-
 class EngineTelemetry:
     """The registry, feeds and exporters of one engine core (module docstring)."""
 
-    def __init__(self, config: Any, vllm_config: Any) -> None:
+    def __init__(self, config: Any, vllm_config: Any, think_start_ids: Any = ()) -> None:
         global _current
         self.registry = meridian.MetricRegistry()
         self.feed = meridian.EngineMetrics(self.registry)
         tel = config.telemetry
-        self.output_tpot_s = config.scheduler.output_tpot_budget_ms / 1000
-        self.think_tpot_s = config.scheduler.think_tpot_budget_ms / 1000
-        self.times: dict[int, _Times] = {}
+        # Per-request times, in C++: a step's tokens are timed in one native
+        # pass (meridian.EngineStepTokens.take), not a Python loop.
+        self.clock = meridian.RequestClock(
+            self.feed, ttft_s=SLO_TTFT_S, output_tpot_s=config.scheduler.output_tpot_budget_ms / 1000,
+            think_tpot_s=config.scheduler.think_tpot_budget_ms / 1000, think_start_ids=list(think_start_ids))
         self.next_sync = 0.0
         self.meridian_ns = 0  # time in Meridian's code since the last recorded step
         self.exporter: Any = None
@@ -104,55 +92,14 @@ class EngineTelemetry:
 
     # --- per request / per token ---------------------------------------------
 
-    def add(self, mid: int, arrival: float | None) -> None:
-        self.times[mid] = _Times(arrival if arrival else time.time())
-
-    def tokens(self, req_ids: list[str], sampled: list[list[int]], mid_of: dict[str, int], phase: dict[int, Any],
-               think_phase: Any, think_start_ids: frozenset[int]) -> None:
-        """Times one step's sampled tokens (before vLLM's update frees the
-        finished requests): the first token of each request, and its visible
-        ones: answering before this step and not a think start. One pass, one
-        C++ call per visible token (its ITL)."""
-        now = time.time()
-        times = self.times
-        itl = self.feed.record_output_itl
-        for rid, toks in zip(req_ids, sampled):
-            if not toks:
-                continue
-            mid = mid_of.get(rid)
-            t = times.get(mid)  # type: ignore[arg-type]
-            if t is None:
-                continue
-            if t.first_token < 0:
-                t.first_token = now
-            if phase.get(mid) is not think_phase and toks[0] not in think_start_ids:
-                if t.first_visible < 0:
-                    t.first_visible = now
-                else:
-                    itl(now - t.last_visible)
-                t.last_visible = now
-                t.visible += 1
+    def add(self, mid: int, arrival: float | None, thinking: bool) -> None:
+        self.clock.add(mid, arrival if arrival else time.time(), thinking)
 
     def think_ended(self, mid: int, now: float) -> None:
-        t = self.times.get(mid)
-        if t is not None:
-            t.think_end = now
+        self.clock.think_ended(mid, now)
 
     def finished(self, mid: int, completed: bool, think_tokens: int) -> None:
-        t = self.times.pop(mid, None)
-        if t is None:
-            return
-        now = time.time()
-        ttft = t.first_token - t.arrival if t.first_token >= 0 else -1.0
-        ttfv = t.first_visible - t.arrival if t.first_visible >= 0 else -1.0
-        ttot = t.first_visible - t.think_end if t.first_visible >= 0 and t.think_end >= 0 else -1.0
-        met = completed and 0 <= ttft <= SLO_TTFT_S
-        if met and t.visible > 1:
-            met = (t.last_visible - t.first_visible) / (t.visible - 1) <= self.output_tpot_s
-        if met and t.think_end >= 0 and think_tokens > 1 and t.first_token >= 0:
-            met = (t.think_end - t.first_token) / (think_tokens - 1) <= self.think_tpot_s
-        self.feed.record_request(ttft_s=ttft, ttfv_s=ttfv, ttot_s=ttot, e2e_s=now - t.arrival if completed else -1.0,
-                                 completed=completed, slo_met=met)
+        self.clock.finish(mid, completed, think_tokens, time.time())
 
     # --- per step --------------------------------------------------------------
 

@@ -70,7 +70,7 @@ from collections.abc import Callable
 from typing import Any
 
 import meridian
-from meridian._meridian import engine_step_boundaries, engine_step_ran
+from meridian._meridian import EngineStepTokens, engine_replace_running, engine_requests_of, engine_step_ran
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.request import Request, RequestStatus
 
@@ -140,8 +140,8 @@ class _Adapter:
                                    | set(model.eos_token_ids) | set(model.tool_call_start_token_ids)
                                    | set(model.tool_call_end_token_ids))
         self.think_start_ids = frozenset(model.think_start_token_ids)
-        self.ids = meridian.RequestIdMap()  # vLLM request id -> Meridian id (C++, used in batch calls)
-        self.mid_of: dict[str, int] = {}  # the same, for Python-side lookups
+        self.ids = meridian.RequestIdMap()  # vLLM request id -> Meridian id (hands them out)
+        self.mid_of: dict[str, int] = {}  # the same; the per-step C++ passes look ids up here
         self.requests: dict[int, Request] = {}
         self.phase: dict[int, Any] = {}
         self.no_throttle: set[int] = set()
@@ -160,7 +160,9 @@ class _Adapter:
         self.dropping: set[str] = set()
         # Resumable sessions vLLM parked between two input chunks.
         self.parked: set[str] = set()
-        self.fed: tuple[Any, Any] = ((), ())
+        # One step's sampled tokens, read once in C++: timed before vLLM's
+        # update, their boundary tokens fed to the router after it.
+        self.step_tokens = EngineStepTokens()
         # A chat prompt arrived behind waiting ones: the waiting queue is
         # re-ordered (chat ahead of reasoning) before the next schedule().
         self.waiting_dirty = False
@@ -194,7 +196,7 @@ class _Adapter:
         }
         # Metrics: Prometheus (own port, vLLM's /metrics in multiprocess
         # mode) and OTLP; see _telemetry.py.
-        self.telemetry = EngineTelemetry(cfg, sched.vllm_config)
+        self.telemetry = EngineTelemetry(cfg, sched.vllm_config, self.think_start_ids)
         self.step_start_ns = 0
         logger.info(
             "meridian: scheduler active (model preset %r, config %s)", setup.model_name, setup.config_source
@@ -214,9 +216,9 @@ class _Adapter:
             self.log_once("extra_args", "meridian: ignoring request %s's overrides: %s", request.request_id, e)
         if overrides.get("throttle") is False:
             self.no_throttle.add(mid)
-        self.telemetry.add(mid, request.arrival_time)
         prompt = request.prompt_token_ids or []
         self.phase[mid] = self.router.begin(mid, list(prompt[-_PROMPT_TAIL:]))
+        self.telemetry.add(mid, request.arrival_time, self.phase[mid] == _THINK)
         if self.phase[mid] == _THINK:  # the prompt opened the think block
             self.think_start[mid] = 0
         else:
@@ -291,6 +293,7 @@ class _Adapter:
                 continue
             prompt = r.prompt_token_ids or []
             self.phase[mid] = self.router.begin(mid, list(prompt[-_PROMPT_TAIL:]))
+            self.telemetry.clock.set_thinking(mid, self.phase[mid] == _THINK)
             if self.phase[mid] == _THINK:
                 self.think_start[mid] = 0
             self.pending[rid] = None
@@ -345,14 +348,16 @@ class _Adapter:
         reqs = self.requests
         running = sched.running
         no_throttle = self.no_throttle
-        hold = [reqs[mid] for mid in unplanned if mid not in no_throttle] if unplanned else []
+        if unplanned and no_throttle:
+            unplanned = [mid for mid in unplanned if mid not in no_throttle]
+        hold = engine_requests_of(reqs, unplanned) if unplanned else []
         decodes = len(running) - len(hold)
         if not self.running_dirty and running is self.prev_running and len(running) == self.prev_len \
                 and order == self.prev_order:
             # Same requests, same plan order: vLLM's list is already in it.
             return self._hold(sched, hold), self._budget(sched, answers_active, decodes, prefill_budget), \
                 prefill_budget
-        ordered = [reqs[i] for i in order]
+        ordered = engine_requests_of(reqs, order)
         if len(ordered) != len(running):
             # Requests the plan does not order yet: prefilling (vLLM's) or
             # decoding their first planned token. The tail is where vLLM takes
@@ -376,9 +381,8 @@ class _Adapter:
         # The new list must hold exactly vLLM's running requests: as many, all
         # RUNNING (vLLM keeps every RUNNING request in its list, and the plan
         # names each request once). Otherwise: the fail-safe, not a guess.
-        if len(ordered) != len(running) or not all(r.status == _RUNNING for r in ordered):
+        if not engine_replace_running(running, ordered, _RUNNING):
             raise RuntimeError(f"running list out of sync: {len(ordered)} ordered vs {len(running)} running")
-        running[:] = ordered
         self.prev_order = order
         self.prev_running = running
         self.prev_len = len(ordered)
@@ -501,11 +505,17 @@ class _Adapter:
                     self.pending[rid] = None
         if self.parked:
             self._resume_sessions(scheduled)
-        # One C++ pass: the core learns which requests it knows ran, and the
-        # step's context tokens come back (vLLM advanced num_computed_tokens
-        # in schedule(), so each is the context after the step).
-        kv = engine_step_ran(self.core, self.ids, now, scheduled, sched.requests)
-        self.in_flight.append((out, now, out.total_num_scheduled_tokens, kv))
+        # One C++ pass: the core learns which requests it knows ran.
+        engine_step_ran(self.core, self.mid_of, now, scheduled)
+        # The step's context tokens (a step-cost feature): each scheduled
+        # request's context after the step, from the output's own lists
+        # (computed before the step, plus what it scheduled), without
+        # touching the request objects.
+        tokens = out.total_num_scheduled_tokens
+        kv = tokens + sum(out.scheduled_cached_reqs.num_computed_tokens)
+        for new in out.scheduled_new_reqs:
+            kv += new.num_computed_tokens
+        self.in_flight.append((out, now, tokens, kv))
         self.telemetry.step(self.core)
 
     def observe_step(self, scheduler_output: Any) -> None:
@@ -527,9 +537,10 @@ class _Adapter:
 
     def before_update(self, sched: Scheduler, scheduler_output: Any, model_runner_output: Any) -> None:
         """Before vLLM's update (which frees finished requests): times the
-        step, picks the outputs vLLM will keep, and times their tokens for
+        step, picks the outputs vLLM will keep, times their tokens for
         TTFT/TTFV/ITL (a token is visible when its request was answering
-        before this step and it is not a think start)."""
+        before this step and it is not a think start) and stages their
+        boundary tokens for after_update, in one C++ pass."""
         self.observe_step(scheduler_output)
         req_ids, sampled = model_runner_output.req_ids, model_runner_output.sampled_token_ids
         if self.dropping and sampled:
@@ -547,25 +558,22 @@ class _Adapter:
                 kept = [i for i, rid in enumerate(req_ids) if rid not in drop]
                 req_ids = [req_ids[i] for i in kept]
                 sampled = [sampled[i] for i in kept]
-        self.fed = (req_ids, sampled)
         if sampled:
-            self.telemetry.tokens(req_ids, sampled, self.mid_of, self.phase, _THINK, self.think_start_ids)
+            self.step_tokens.take(self.telemetry.clock, self.mid_of, req_ids, sampled, self.boundary_ids, time.time())
 
     def after_update(self) -> None:
         """Feeds the step's kept boundary tokens to the router (one batch
         call), applies phase changes, and lets requests that produced their
         first token join the C++ scheduler."""
-        req_ids, sampled = self.fed
-        self.fed = ((), ())
         reqs = self.requests
-        events = []
-        if sampled:
-            events = engine_step_boundaries(self.router, self.ids, list(req_ids), sampled, self.boundary_ids)
+        events = self.step_tokens.feed(self.router)
+        if events:
             for event in events:
                 mid = event.request_id
                 r = reqs.get(mid)
                 if event.kind == _EXIT_THINK:
                     self.phase[mid] = _OUTPUT
+                    self.telemetry.clock.set_thinking(mid, False)
                     self.stats["phase_exits"] += 1
                     if r is not None:  # the think tokens end before </think>
                         self.think_end[mid] = r.num_output_tokens - 1
@@ -574,6 +582,7 @@ class _Adapter:
                     self.telemetry.think_ended(mid, time.time())
                 elif event.kind == _ENTER_THINK:
                     self.phase[mid] = _THINK
+                    self.telemetry.clock.set_thinking(mid, True)
                     if r is not None:  # they start after <think>
                         self.think_start[mid] = r.num_output_tokens
         if self.pending:
@@ -605,6 +614,7 @@ class _Adapter:
             if phase not in (_THINK, _OUTPUT):
                 phase = _OUTPUT
             self.phase[mid] = phase
+            self.telemetry.clock.set_thinking(mid, phase == _THINK)
         context = max(1, r.num_computed_tokens)
         # Known from its first token on: planned as a one-token step.
         self.core.add(mid, context, phase, context - 1, int(r.arrival_time * 1e9))

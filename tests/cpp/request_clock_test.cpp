@@ -1,0 +1,135 @@
+// RequestClock: the per-request times of an engine adapter, recorded into the
+// real MetricRegistry through EngineMetrics, on a hand-driven wall clock.
+#include "meridian/request_clock.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "meridian/error.h"
+#include "meridian/metrics.h"
+
+namespace meridian::telemetry {
+namespace {
+
+constexpr TokenId kThinkStart = 151667;
+constexpr TokenId kWord = 42;
+constexpr std::uint8_t kMet = 0;
+constexpr std::uint8_t kMissed = 1;
+
+struct Rig {
+  MetricRegistry registry;
+  EngineMetrics feed{registry};
+  std::vector<TokenId> starts{kThinkStart};
+  RequestClock clock{feed, {1.0, 0.02, 0.08}, starts};
+
+  [[nodiscard]] double count(MetricId id) const { return registry.value(id); }
+  [[nodiscard]] double slo(std::uint8_t outcome) const {
+    return registry.value(MetricId::kSloRequests, {outcome});
+  }
+  [[nodiscard]] double sum(MetricId id) const {
+    for (const FamilySnapshot& f : registry.snapshot()) {
+      if (f.id == id) return f.series.at(0).sum;
+    }
+    return -1;
+  }
+};
+
+TEST(RequestClock, AnswerOnlyRequestTimesTtftTtfvItlAndE2e) {
+  Rig rig;
+  rig.clock.add(1, 10.0, false);
+  rig.clock.sampled(1, kWord, 10.2);  // first token, visible
+  rig.clock.sampled(1, kWord, 10.21);
+  rig.clock.sampled(1, kWord, 10.23);
+  EXPECT_EQ(rig.count(MetricId::kOutputItl), 2);
+  EXPECT_NEAR(rig.sum(MetricId::kOutputItl), 0.03, 1e-9);
+  rig.clock.finish(1, true, 0, 10.5);
+  EXPECT_EQ(rig.clock.size(), 0U);
+  EXPECT_NEAR(rig.sum(MetricId::kRequestTtft), 0.2, 1e-9);
+  EXPECT_NEAR(rig.sum(MetricId::kRequestTtfv), 0.2, 1e-9);
+  EXPECT_EQ(rig.count(MetricId::kRequestTtot), 0);  // no think block
+  EXPECT_NEAR(rig.sum(MetricId::kRequestE2e), 0.5, 1e-9);
+  EXPECT_EQ(rig.slo(kMet), 1);  // mean TPOT 15 ms <= 20 ms
+}
+
+TEST(RequestClock, ThinkTokensAreInvisibleUntilThePhaseChanges) {
+  Rig rig;
+  rig.clock.add(7, 0.0, true);
+  rig.clock.sampled(7, kWord, 0.1);  // TTFT, not visible
+  rig.clock.sampled(7, kWord, 0.15);
+  rig.clock.think_ended(7, 0.2);
+  rig.clock.set_thinking(7, false);
+  rig.clock.sampled(7, kWord, 0.22);  // first visible: TTOT 20 ms
+  rig.clock.finish(7, true, 3, 0.3);
+  EXPECT_NEAR(rig.sum(MetricId::kRequestTtft), 0.1, 1e-9);
+  EXPECT_NEAR(rig.sum(MetricId::kRequestTtfv), 0.22, 1e-9);
+  EXPECT_NEAR(rig.sum(MetricId::kRequestTtot), 0.02, 1e-9);
+  EXPECT_EQ(rig.count(MetricId::kOutputItl), 0);
+  EXPECT_EQ(rig.slo(kMet), 1);  // think TPOT (0.2 - 0.1) / 2 = 50 ms <= 80 ms
+}
+
+TEST(RequestClock, AThinkStartSampledWhileAnsweringIsNotVisible) {
+  Rig rig;
+  rig.clock.add(3, 0.0, false);
+  rig.clock.sampled(3, kThinkStart, 0.1);
+  rig.clock.finish(3, true, 0, 0.2);
+  EXPECT_EQ(rig.count(MetricId::kRequestTtfv), 0);
+  EXPECT_EQ(rig.count(MetricId::kRequestTtft), 1);
+}
+
+TEST(RequestClock, EachBoundDecidesTheVerdict) {
+  Rig rig;
+  rig.clock.add(1, 0.0, false);  // TTFT 1.5 s > 1 s
+  rig.clock.sampled(1, kWord, 1.5);
+  rig.clock.finish(1, true, 0, 2.0);
+  rig.clock.add(2, 0.0, false);  // answer TPOT 30 ms > 20 ms
+  rig.clock.sampled(2, kWord, 0.1);
+  rig.clock.sampled(2, kWord, 0.13);
+  rig.clock.finish(2, true, 0, 0.2);
+  rig.clock.add(3, 0.0, true);  // think TPOT 100 ms > 80 ms
+  rig.clock.sampled(3, kWord, 0.1);
+  rig.clock.think_ended(3, 0.3);
+  rig.clock.finish(3, true, 3, 0.4);
+  rig.clock.add(4, 0.0, false);  // aborted: missed, no E2E
+  rig.clock.sampled(4, kWord, 0.1);
+  rig.clock.finish(4, false, 0, 0.2);
+  EXPECT_EQ(rig.slo(kMet), 0);
+  EXPECT_EQ(rig.slo(kMissed), 4);
+  EXPECT_EQ(rig.count(MetricId::kRequestE2e), 3);
+}
+
+TEST(RequestClock, UnknownIdsAreIgnoredAndReAddingRestarts) {
+  Rig rig;
+  rig.clock.sampled(99, kWord, 1.0);
+  rig.clock.set_thinking(99, true);
+  rig.clock.think_ended(99, 1.0);
+  rig.clock.finish(99, true, 0, 1.0);
+  EXPECT_EQ(rig.slo(kMet) + rig.slo(kMissed), 0);
+  rig.clock.add(5, 0.0, false);
+  rig.clock.sampled(5, kWord, 0.5);
+  rig.clock.add(5, 1.0, false);  // restarted: its first token is still to come
+  rig.clock.sampled(5, kWord, 1.1);
+  rig.clock.finish(5, true, 0, 1.2);
+  EXPECT_NEAR(rig.sum(MetricId::kRequestTtft), 0.1, 1e-9);
+  EXPECT_EQ(rig.clock.size(), 0U);
+}
+
+TEST(RequestClock, RefusesBoundsThatAreNotFinitePositive) {
+  MetricRegistry registry;
+  EngineMetrics feed(registry);
+  const std::vector<TokenId> starts{kThinkStart};
+  EXPECT_THROW(RequestClock(feed, {0.0, 0.02, 0.08}, starts), InvalidArgument);
+  EXPECT_THROW(RequestClock(feed, {1.0, -1.0, 0.08}, starts), InvalidArgument);
+  try {
+    const RequestClock clock(feed, {1.0, 0.02, std::numeric_limits<double>::infinity()}, starts);
+    FAIL() << "an infinite bound was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("slo.think_tpot_s"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace meridian::telemetry
