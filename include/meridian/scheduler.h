@@ -37,6 +37,12 @@ struct StepLimits {
   /// ThinkActive blocks below the soft think share (KvBlockUsage::think_headroom());
   /// 0 holds back new reasoning admissions while the pool is short (ADR-0015).
   std::uint64_t free_think_kv_blocks = std::numeric_limits<std::uint64_t>::max();
+  /// Prompt tokens the engine prefills on its own this step: requests this
+  /// scheduler does not track yet (an engine adapter enters a request at its
+  /// first token). Planned as prefill, within the prefill budget and ahead
+  /// of optional think decode (ADR-0025); 0 when the scheduler plans every
+  /// prefill itself.
+  std::uint32_t engine_prefill_tokens = 0;
 };
 
 /// A request entering the scheduler (waiting for prefill).
@@ -98,6 +104,8 @@ struct StepStats {
   /// Prefill tokens this step may hold (the ceiling's room, at least the
   /// prefill floor): what an engine adapter gives its own prefill.
   std::uint32_t prefill_budget_tokens = 0;
+  /// Of StepLimits::engine_prefill_tokens, what the prefill budget held.
+  std::uint32_t engine_prefill_tokens = 0;
   std::uint32_t stalled = 0;              ///< runnable requests left out for lack of KV blocks
   std::uint32_t output_batch_budget = 0;  ///< decodes that fit output_tpot_budget_ms
   std::uint32_t think_batch_cap = 0;      ///< think_batch_multiplier x output_batch_budget

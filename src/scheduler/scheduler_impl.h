@@ -582,7 +582,8 @@ struct DualQueueScheduler::Impl {
     plan.unattached.push_back(r.id);
   }
 
-  void prefill(double ceiling_ms) {
+  // Returns the part of the prefill budget no lane used.
+  std::uint32_t prefill(double ceiling_ms) {
     const StepCostCoefficients k = model.coefficients();
     const double per_token_ms = k.per_token_ms + k.per_kv_token_us * 1e-3;
     const double room_ms = ceiling_ms - model.predict_ms(tok, kv);
@@ -597,7 +598,20 @@ struct DualQueueScheduler::Impl {
     std::array<bool, kLaneCount> blocked{};
     std::uint32_t left = prefill_lanes(Queue::kWaitQueue, budget - resume_share, blocked) + resume_share;
     left = prefill_lanes(Queue::kResumeQueue, left, blocked);
-    if (left > 0) prefill_lanes(Queue::kWaitQueue, left, blocked);
+    if (left > 0) left = prefill_lanes(Queue::kWaitQueue, left, blocked);
+    return left;
+  }
+
+  // The engine's own prefills (StepLimits::engine_prefill_tokens) take what
+  // the lanes left of the prefill budget: costed in this step, so optional
+  // think decode fits around them.
+  void reserve_engine_prefill(std::uint32_t wanted, std::uint32_t budget_left) {
+    const std::uint32_t tokens = std::min({wanted, budget_left, tokens_left});
+    if (tokens == 0) return;
+    tokens_left -= tokens;
+    tok += tokens;
+    kv += tokens;  // at least the chunk itself: the context before it is unknown here
+    plan.stats.engine_prefill_tokens = tokens;
   }
 
   // New blocks the think requests optional think may serve would need for
@@ -737,7 +751,7 @@ struct DualQueueScheduler::Impl {
 
     decode_outputs();
     swap_in();
-    const bool waiting = st.waiting_depth > 0;
+    const bool waiting = st.waiting_depth > 0 || limits.engine_prefill_tokens > 0;
     const std::uint32_t floor_tokens = waiting ? std::min(opt.min_prefill_tokens_per_step, tokens_left) : 0;
     // Prefill may borrow what recent steps left unused below the ceiling: the
     // answer SLO bounds the *mean* gap, so one longer step after a few short
@@ -758,8 +772,9 @@ struct DualQueueScheduler::Impl {
     const std::uint64_t think_growth =
         std::min(free_blocks, optional_think_growth_blocks(st.think_batch_cap));
     free_blocks -= think_growth;
-    prefill(prefill_ceiling_ms);
+    const std::uint32_t prefill_left = prefill(prefill_ceiling_ms);
     free_blocks += think_growth;
+    reserve_engine_prefill(limits.engine_prefill_tokens, prefill_left);
     // Without answers the ceiling is only the step the think guarantee plans
     // with: every running request plus the prefill floor also fits in it.
     decode_optional_think(output_active ? st.step_ceiling_ms : std::max(st.step_ceiling_ms, full_step_ms),

@@ -109,6 +109,27 @@ TEST(SchedulerTrace, AnswersKeepTheStepWithinTheOutputBudgetAndDueThinkStillRuns
   EXPECT_EQ(rig.last.stats.output_batch_budget, 5U);
 }
 
+TEST(SchedulerTrace, TheEnginesOwnPrefillTakesTheRoomBeforeOptionalThink) {
+  // An engine adapter knows a request from its first token on; prompts the
+  // engine prefills itself come as StepLimits::engine_prefill_tokens and take
+  // the prefill budget (64 here: the floor) ahead of optional think (ADR-0025).
+  SchedulerRig rig(trace_options(), kCost);
+  for (RequestId id = 1; id <= 4; ++id) rig.add(id, 4);
+  for (RequestId id = 9; id <= 11; ++id) rig.add(id, 4, false);
+  rig.step({}, kPrefillMs);
+  EXPECT_EQ(rig.step(), "o9 o10 o11 t1");
+  EXPECT_EQ(rig.last.stats.engine_prefill_tokens, 0U);
+  StepLimits engine_prefill;
+  engine_prefill.engine_prefill_tokens = 100;
+  EXPECT_EQ(rig.step(engine_prefill), "o9 o10 o11");
+  EXPECT_EQ(rig.last.stats.prefill_budget_tokens, 64U);
+  EXPECT_EQ(rig.last.stats.engine_prefill_tokens, 64U);
+  EXPECT_EQ(rig.last.stats.total_tokens, 3U + 64U);
+  engine_prefill.engine_prefill_tokens = 20;  // less than the budget: only that much is held
+  rig.step(engine_prefill);
+  EXPECT_EQ(rig.last.stats.engine_prefill_tokens, 20U);
+}
+
 TEST(SchedulerTrace, DueThinkOverridesTheOutputBudgetWhenAnswersFillIt) {
   SchedulerRig rig(trace_options(100), kCost);
   rig.add(1, 4);

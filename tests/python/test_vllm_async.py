@@ -431,3 +431,29 @@ def test_structured_output_requests_are_held_and_their_grammar_sees_exact_tokens
     assert all(r.structured_output_request.grammar.is_terminated() for r in constrained)
     stats = sched.meridian_stats()
     assert stats["throttled_decodes"] > 0 and stats["fallbacks"] == 0
+
+
+def test_a_waiting_prompt_takes_the_prefill_budget_before_optional_think(tmp_path, monkeypatch):
+    """ADR-0025 inside vLLM: the core does not track a prompt before its first
+    token, so the adapter tells it what vLLM will prefill (the waiting prompts,
+    up to the budget and the free KV); that room is taken from optional think,
+    whose decodes are held, and the prompt gets the step's prefill budget."""
+    slow_model_config(tmp_path, monkeypatch)
+    sched = build(Scheduler)
+    m = sched.meridian
+    tokens = {f"t{i}": [THINK] + [WORD] * 400 for i in range(6)}
+    for i in range(6):
+        sched.add_request(request(f"t{i}", prompt(16, i)))
+    stepper = TwoInFlight(sched, script(tokens))
+    for _ in range(8):
+        stepper.step()
+    assert m.core.last_stats.engine_prefill_tokens == 0  # nothing waits
+    held_before = m.stats["throttled_decodes"]
+    sched.add_request(request("long", prompt(600, 99)))
+    out, _ = stepper.step()
+    stats = m.core.last_stats
+    assert stats.engine_prefill_tokens == min(600, stats.prefill_budget_tokens) > 0
+    assert out.num_scheduled_tokens.get("long", 0) > 0
+    assert m.stats["throttled_decodes"] > held_before  # optional think made room for it
+    assert m.stats["fallbacks"] == 0
+    stepper.drain()

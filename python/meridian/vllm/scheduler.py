@@ -344,6 +344,7 @@ class _Adapter:
         if self.waiting_dirty:
             self.waiting_dirty = False
             self._chat_prompts_first(sched.waiting)
+        self.limits.engine_prefill_tokens = self._engine_prefill_tokens(sched)
         unplanned, order, prefill_budget, answers_active, _ = self.core.plan_for_engine(self.limits, now)
         reqs = self.requests
         running = sched.running
@@ -388,6 +389,38 @@ class _Adapter:
         self.prev_len = len(ordered)
         self.running_dirty = False
         return self._hold(sched, hold), self._budget(sched, answers_active, decodes, prefill_budget), prefill_budget
+
+    def _engine_prefill_tokens(self, sched: Scheduler) -> int:
+        """Prompt tokens vLLM will want to prefill this step that the core
+        does not plan itself (it knows a request from its first token on):
+        what is left of the prompts being prefilled, then of the waiting
+        ones, up to the step's token budget and to what the free KV blocks
+        hold beyond the running think requests' growth (a prompt that cannot
+        get blocks does not run, and must not hold think decodes back). The
+        core plans them as prefill, ahead of think decode the guarantee does
+        not need (ADR-0025)."""
+        if not self.pending and not sched.waiting:
+            return 0
+        reserve = self.core.last_stats.think_queue_depth * self.growth_blocks
+        free = sched.kv_cache_manager.block_pool.get_num_free_blocks() - reserve
+        cap = min(sched.max_num_scheduled_tokens, max(0, free) * sched.block_size)
+        if cap == 0:
+            return 0
+        total = 0
+        if self.pending:
+            reqs, mid_of = self.requests, self.mid_of
+            for rid in self.pending:
+                mid = mid_of.get(rid)
+                r = reqs.get(mid) if mid is not None else None
+                if r is not None and r.status == _RUNNING:
+                    total += max(0, r.num_tokens - r.num_computed_tokens)
+                    if total >= cap:
+                        return cap
+        for r in sched.waiting:
+            total += max(0, r.num_tokens - r.num_computed_tokens)
+            if total >= cap:
+                return cap
+        return total
 
     def _hold(self, sched: Scheduler, hold: list[Request]) -> int:
         """Gates this step's think decodes out (last, once nothing else can
