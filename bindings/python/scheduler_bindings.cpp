@@ -13,7 +13,6 @@
 #include "meridian/kv_block_manager.h"
 #include "meridian/phase_router.h"
 #include "meridian/request_clock.h"
-#include "meridian/request_id_map.h"
 #include "meridian/scheduler.h"
 #include "meridian/step_cost_model.h"
 #include "meridian/step_driver.h"
@@ -23,15 +22,6 @@ using namespace nb::literals;
 
 namespace meridian::python {
 namespace {
-
-// A Python str's UTF-8 bytes without a copy (CPython caches them in the
-// object; ASCII strings, like vLLM's request ids, hold them inline).
-std::string_view utf8_view(nb::handle h) {
-  Py_ssize_t size = 0;
-  const char* data = PyUnicode_AsUTF8AndSize(h.ptr(), &size);
-  if (data == nullptr) throw nb::python_error();
-  return {data, static_cast<std::size_t>(size)};
-}
 
 // The Meridian id of vLLM request id `rid` in the adapter's `mid_of` dict
 // (str -> int). A dict lookup by the very str object vLLM keys its own maps
@@ -169,7 +159,8 @@ nb::list engine_requests_of(nb::dict requests, nb::handle mids) {
 bool engine_replace_running(nb::list running, nb::list ordered, nb::handle running_status) {
   const Py_ssize_t n = PyList_GET_SIZE(ordered.ptr());
   if (n != PyList_GET_SIZE(running.ptr())) return false;
-  static PyObject* const status = PyUnicode_InternFromString("status");  // never released (see above)
+  static PyObject* const status = PyUnicode_InternFromString(
+      "status");  // never released: a static Python object must outlive finalization
   if (status == nullptr) throw nb::python_error();
   for (Py_ssize_t i = 0; i < n; ++i) {
     const nb::object s = nb::steal(PyObject_GetAttr(PyList_GET_ITEM(ordered.ptr(), i), status));
