@@ -457,3 +457,30 @@ def test_a_waiting_prompt_takes_the_prefill_budget_before_optional_think(tmp_pat
     assert m.stats["throttled_decodes"] > held_before  # optional think made room for it
     assert m.stats["fallbacks"] == 0
     stepper.drain()
+
+
+def test_a_waiting_prompt_vllm_cannot_admit_holds_no_think_decode(tmp_path, monkeypatch):
+    """The prefill estimate follows vLLM's admission: a prompt whose blocks do
+    not fit (vLLM checks the whole prompt, scheduler_reserve_full_isl) waits,
+    so it takes no room from think decodes; counting it held every think
+    request with nothing run in its place (the engine replay's small-KV run
+    livelocked on a frozen clock)."""
+    slow_model_config(tmp_path, monkeypatch)
+    sched = build(Scheduler, num_blocks=100)  # 1,600 tokens
+    m = sched.meridian
+    tokens = {f"t{i}": [THINK] + [WORD] * 150 for i in range(4)}
+    for i in range(4):
+        sched.add_request(request(f"t{i}", prompt(16, i)))
+    stepper = TwoInFlight(sched, script(tokens))
+    for _ in range(8):
+        stepper.step()
+    assert sched.scheduler_reserve_full_isl  # vLLM's default
+    held_before = m.stats["throttled_decodes"]
+    sched.add_request(request("long", prompt(1500, 99)))  # 94 blocks: more than are free
+    for _ in range(6):
+        out, _ = stepper.step()
+        assert m.core.last_stats.engine_prefill_tokens == 0
+        assert "long" not in out.num_scheduled_tokens
+        assert {f"t{i}" for i in range(4)} <= set(out.num_scheduled_tokens)
+    assert m.stats["throttled_decodes"] == held_before
+    assert m.stats["fallbacks"] == 0

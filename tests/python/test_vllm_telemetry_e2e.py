@@ -63,8 +63,10 @@ def check_moved(s: dict, *, forcing: bool) -> None:
     counters do (every mismatch reported at once)."""
     visible = MAX_TOKENS - MAX_THINK - 1  # after </think>
     exact = {
-        # The C++ scheduler plans each request from its first token on: one decode token a step.
-        ("meridian_scheduler_scheduled_tokens_total", ()): N_REQUESTS * (MAX_TOKENS - 1),
+        # The C++ scheduler plans vLLM's prefill of each prompt (the adapter passes the prompts
+        # vLLM admits, ADR-0025), then each request from its first token on: one decode a step.
+        ("meridian_scheduler_scheduled_tokens_total", ()):
+            N_REQUESTS * (len(think_prompt()) + MAX_TOKENS - 1),
         ("meridian_phase_transitions_total", (("kind", "exit_think"),)): N_REQUESTS,
         ("meridian_requests_completed_total", (("how", "ended"),)): N_REQUESTS,
         ("meridian_think_tokens_per_request_count", ()): N_REQUESTS,

@@ -166,6 +166,7 @@ class _Adapter:
         # A chat prompt arrived behind waiting ones: the waiting queue is
         # re-ordered (chat ahead of reasoning) before the next schedule().
         self.waiting_dirty = False
+        self.admit: int | None = None  # this step's admission_limit(), set by before_schedule
         self.pressure = False  # vLLM preempted and the pool has not recovered past the high watermark
         self.total_blocks = sched.kv_cache_manager.block_pool.num_gpu_blocks
         self.growth_blocks = -(-_GROWTH_HORIZON_TOKENS // sched.block_size)
@@ -344,7 +345,9 @@ class _Adapter:
         if self.waiting_dirty:
             self.waiting_dirty = False
             self._chat_prompts_first(sched.waiting)
-        self.limits.engine_prefill_tokens = self._engine_prefill_tokens(sched)
+        # The watermarks first: the prefill estimate counts only the prompts they let in.
+        self.admit = self.admission_limit(sched)
+        self.limits.engine_prefill_tokens = self._engine_prefill_tokens(sched, self.admit)
         unplanned, order, prefill_budget, answers_active, _ = self.core.plan_for_engine(self.limits, now)
         reqs = self.requests
         running = sched.running
@@ -390,22 +393,31 @@ class _Adapter:
         self.running_dirty = False
         return self._hold(sched, hold), self._budget(sched, answers_active, decodes, prefill_budget), prefill_budget
 
-    def _engine_prefill_tokens(self, sched: Scheduler) -> int:
-        """Prompt tokens vLLM will want to prefill this step that the core
-        does not plan itself (it knows a request from its first token on):
-        what is left of the prompts being prefilled, then of the waiting
-        ones, up to the step's token budget and to what the free KV blocks
-        hold beyond the running think requests' growth (a prompt that cannot
-        get blocks does not run, and must not hold think decodes back). The
-        core plans them as prefill, ahead of think decode the guarantee does
-        not need (ADR-0025)."""
+    def _engine_prefill_tokens(self, sched: Scheduler, admit: int | None) -> int:
+        """Prompt tokens vLLM will prefill this step that the core does not
+        plan itself (it knows a request from its first token on): what is left
+        of the prompts being prefilled, then the waiting prompts vLLM will
+        admit, up to the step's token budget and to what the free KV blocks
+        hold beyond the running think requests' growth. The core plans them as
+        prefill, ahead of think decode the guarantee does not need (ADR-0025),
+        so the estimate follows vLLM's own admission: the first ``admit``
+        waiting requests (the watermarks), each only if its blocks fit as
+        ``allocate_slots`` checks them (the whole prompt with
+        ``scheduler_reserve_full_isl``, plus vLLM's watermark), the queue
+        stopping at the first that does not. A prompt counted here that vLLM
+        then does not run would hold think decodes back for nothing (with the
+        clock frozen, forever). Prefix-cache hits are not looked up: a prompt
+        that would hit is counted as needing all its blocks, which can only
+        leave think decodes planned that vLLM then runs beside it."""
         if not self.pending and not sched.waiting:
             return 0
+        free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
         reserve = self.core.last_stats.think_queue_depth * self.growth_blocks
-        free = sched.kv_cache_manager.block_pool.get_num_free_blocks() - reserve
-        cap = min(sched.max_num_scheduled_tokens, max(0, free) * sched.block_size)
+        cap = min(sched.max_num_scheduled_tokens, max(0, free - reserve) * sched.block_size)
         if cap == 0:
             return 0
+        block = sched.block_size
+        threshold = sched.scheduler_config.long_prefill_token_threshold
         total = 0
         if self.pending:
             reqs, mid_of = self.requests, self.mid_of
@@ -413,13 +425,28 @@ class _Adapter:
                 mid = mid_of.get(rid)
                 r = reqs.get(mid) if mid is not None else None
                 if r is not None and r.status == _RUNNING:
-                    total += max(0, r.num_tokens - r.num_computed_tokens)
+                    left = max(0, r.num_tokens - r.num_computed_tokens)
+                    total += min(left, threshold) if threshold > 0 else left
                     if total >= cap:
                         return cap
+        if admit == 0:
+            return total
+        full_isl = bool(getattr(sched, "scheduler_reserve_full_isl", False))
+        watermark = getattr(sched.kv_cache_manager, "watermark_blocks", 0) if sched.running else 0
+        max_len = sched.max_model_len
+        admitted = 0
         for r in sched.waiting:
-            total += max(0, r.num_tokens - r.num_computed_tokens)
-            if total >= cap:
-                return cap
+            left = max(0, r.num_tokens - r.num_computed_tokens)
+            chunk = min(left, threshold, cap - total) if threshold > 0 else min(left, cap - total)
+            chunk_blocks = -(-(r.num_computed_tokens + chunk) // block)
+            need = -(-min(r.num_tokens, max_len) // block) if full_isl else chunk_blocks
+            if need + watermark > free:
+                break  # vLLM's queue stops at a request it cannot allocate
+            free -= chunk_blocks
+            total += chunk
+            admitted += 1
+            if total >= cap or admitted == admit:
+                break
         return total
 
     def _hold(self, sched: Scheduler, hold: list[Request]) -> int:
@@ -724,7 +751,7 @@ class Scheduler(AsyncScheduler):
                 # chunk must not take the think decodes' share of a capped step.
                 if prefill_cap > 0 and not 0 < saved[1] <= prefill_cap:
                     config.long_prefill_token_threshold = prefill_cap
-            admit = m.admission_limit(self)
+            admit = m.admit
             if admit is not None:
                 # vLLM admits while running + parked sessions < max_num_active_reqs.
                 self.max_num_active_reqs = min(
