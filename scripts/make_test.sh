@@ -10,12 +10,14 @@
 # runs everything.
 #   scripts/make_test.sh [STAGE ...]    (default: the full list below)
 # Environment: MAKE (default make), BUILD_DIR (default build; the summary is written to
-# $BUILD_DIR/test-times.txt).
+# $BUILD_DIR/test-times.txt), MAKE_TEST_STAGE_LIMIT (default 1800: seconds one stage may run
+# before it is stopped and fails, so a hang ends in its log rather than in CI's own timeout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 make_cmd=${MAKE:-make}
 build_dir=${BUILD_DIR:-build}
+stage_limit=${MAKE_TEST_STAGE_LIMIT:-1800}
 stages=("$@")
 if ((${#stages[@]} == 0)); then
   # Fastest failures first; then three lanes side by side. pytest's vLLM servers leave a core
@@ -71,7 +73,10 @@ run_stage() {
       args=("PYTEST_FILES=${files[*]}")
     fi
   fi
-  "$make_cmd" --no-print-directory "$stage" "${args[@]}" || status=$?
+  timeout --kill-after=30 "$stage_limit" "$make_cmd" --no-print-directory "$stage" "${args[@]}" || status=$?
+  if ((status == 124 || status == 137)); then
+    echo "$stage: stopped after $stage_limit s (MAKE_TEST_STAGE_LIMIT): a hang, or a stage far over its time"
+  fi
   if ((status == 0 && incremental)) && [[ $stamped == *" $stage "* ]]; then
     python3 scripts/stage_stamp.py record "$stage"
   fi
@@ -109,6 +114,9 @@ run_group() {
         run_stage "$stage" >"$log_dir/$stage.log" 2>&1 || status=$?
         echo "$status" >"$log_dir/$stage.status"
         date +%s.%N >"$log_dir/$stage.end"
+        # A progress line as it happens (the logs print when every lane is done).
+        echo "   $stage: exit $status after $(awk -v a="$(cat "$log_dir/$stage.start")" \
+          -v b="$(cat "$log_dir/$stage.end")" 'BEGIN { printf "%.0f", b - a }') s"
         ((status == 0)) || exit 1
       done
     ) &

@@ -128,6 +128,22 @@ def test_token_streams_survive_preemption_and_recompute(arm):
     assert m["prefill_tokens"] > sum(r.prompt_tokens for r in requests)  # recompute was paid for
 
 
+@pytest.mark.parametrize("arm", ["vllm-sync", "vllm-async"])
+def test_a_scheduler_that_stops_scheduling_is_an_error_not_a_hang(arm):
+    """A scheduler that schedules nothing while requests run leaves the simulated
+    clock where it is, so the run would loop forever: after a bound it is an error
+    that says what the engine held."""
+    steps = [0]
+
+    def starve(sched, out):
+        steps[0] += 1
+        if steps[0] == 40:
+            sched.max_num_scheduled_tokens = 0  # vLLM's token budget: nothing fits any more
+
+    with pytest.raises(RuntimeError, match=r"scheduled nothing in 1001 steps in a row .* requests running"):
+        run(arm, params(duration_s=5), on_schedule=starve)
+
+
 def test_prefix_hits_and_lockstep_timing_match_the_simulator_on_a_follow_up_trace():
     """Below saturation, lockstep vLLM and the simulator's vllm-fcfs schedule the same steps:
     the prompt ids make vLLM's block hashes hit where the simulator's prefix cache hits."""

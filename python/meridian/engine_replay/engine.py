@@ -32,6 +32,9 @@ from .build import MAX_MODEL_LEN
 from .tokens import END_THINK, TokenPlan
 
 _BLOCK = 16
+# Steps in a row that schedule nothing while the clock stands still before a run is called a
+# livelock (a legitimate run has a handful: two in flight, arrivals at one instant).
+_STALL_STEPS = 1000
 # As the simulator bounds a run (meridian::sim::kMaxWaitingRequests): an arrival that
 # finds the engine holding max_num_seqs + this many requests is turned away.
 _MAX_WAITING = 16384
@@ -280,6 +283,7 @@ class EngineRun:
         queue: deque = deque()
         stopped = False
         sched = self.sched
+        stalled, stalled_at = 0, -1.0  # steps in a row that scheduled nothing, at one clock reading
         while True:
             self.clock.now_s = now
             self._admit(now)
@@ -291,6 +295,12 @@ class EngineRun:
                 break
             if sched.has_requests():
                 out = self._schedule()
+                if out.total_num_scheduled_tokens == 0 and now == stalled_at:
+                    stalled += 1
+                    if stalled > _STALL_STEPS:
+                        self._stalled(now, stalled)
+                else:
+                    stalled, stalled_at = 0, now
                 cost, samples = self._cost(out)
                 start = max(now, gpu_free) + self.scheduler_cpu_s
                 end = start + cost
@@ -326,6 +336,16 @@ class EngineRun:
                 now = nxt
         wall = time.perf_counter() - wall_start
         return self._result(stopped, wall)
+
+    def _stalled(self, now: float, steps: int) -> None:
+        """The scheduler keeps scheduling nothing while requests wait or run and
+        the simulated clock cannot move: a livelock in the arm's scheduler (on a
+        real engine, a stall until wall time moves it). An error, not a hang."""
+        sched = self.sched
+        raise RuntimeError(
+            f"engine-replay: {self.arm.name}: the scheduler scheduled nothing in {steps} steps in a row "
+            f"at t={now:.3f} s with {len(sched.running)} requests running, {len(sched.waiting)} waiting and "
+            f"{sched.kv_cache_manager.block_pool.get_num_free_blocks()} KV blocks free (a scheduler livelock)")
 
     def _progress_possible(self) -> bool:
         """Whether a request is running (so the next step computes something)."""
