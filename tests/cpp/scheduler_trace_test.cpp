@@ -148,6 +148,37 @@ TEST(SchedulerTrace, DueThinkOverridesTheOutputBudgetWhenAnswersFillIt) {
   EXPECT_EQ(rig.scheduler.counters().output_slo_overruns, 1U);
 }
 
+TEST(SchedulerTrace, ADueThinkDecodeEndsBeforeItsDeadlineWhenTheLastAnswerFinishes) {
+  // Think 1's next token is due by t = 220 ms (first token at 20, budget 200).
+  // While answers stream, steps are about 20 ms and it is not due before
+  // t = 166 (2.5 x 22 ms ahead of its deadline). Then every answer finishes and a long
+  // prompt waits: the ceiling jumps from 18 to 40 ms and the prefill may
+  // borrow 80 ms of recent slack, so the step holding the due token would run
+  // well past t = 220. The prefill is cut to the time left before the deadline
+  // instead (RapidCheck found the miss: 192 ms against a 173 ms budget).
+  SchedulerOptions o = trace_options(200);
+  o.min_prefill_tokens_per_step = 4;  // the floor (18 ms) fits in the time left
+  SchedulerRig rig(o, kCost);
+  rig.add(1, 4);
+  for (RequestId id = 2; id <= 6; ++id) rig.add(id, 4, false);
+  rig.step({}, kPrefillMs);
+  run_table(rig, {
+                     {nullptr, {}, "o2 o3 p4:1 p5:3"},  // the answers' prompts, 4 tokens a step
+                     {nullptr, {}, "o2 o3 o4 p5:1 p6:3"},
+                     {nullptr, {}, "o2 o3 o4 o5 p6:1"},
+                     {nullptr, {}, "o2 o3 o4 o5 o6"},  // t = 86 .. 166 ms: 20 ms steps
+                     {nullptr, {}, "o2 o3 o4 o5 o6"},
+                     {nullptr, {}, "o2 o3 o4 o5 o6"},
+                     {nullptr, {}, "o2 o3 o4 o5 o6"},
+                 });
+  ASSERT_EQ(rig.now_ns, 166'000'000);
+  for (RequestId id = 2; id <= 6; ++id) ASSERT_TRUE(rig.scheduler.finish(id));
+  rig.add(7, 400);
+  // 54 ms left: 10 ms + 2 ms x (1 decode + 21 prompt tokens) = 54 ms.
+  EXPECT_EQ(rig.step(), "T1 p7:21");
+  EXPECT_EQ(rig.now_ns, 220'000'000);
+}
+
 TEST(SchedulerTrace, ChunkedPrefillIsFcfsAndLimitedByTheTokenBudget) {
   SchedulerRig rig(trace_options(), kCost);
   rig.add(1, 10);
