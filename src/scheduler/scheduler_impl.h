@@ -419,8 +419,9 @@ struct DualQueueScheduler::Impl {
   // for it would starve prefill while such requests last (a long-think run
   // under KV pressure took 43 % longer that way).
   [[nodiscard]] double due_room_ms(std::int64_t now_ns) const {
-    if (plan.stats.due_think == 0 || earliest_due_ns <= now_ns)
+    if (plan.stats.due_think == 0 || earliest_due_ns <= now_ns) {
       return std::numeric_limits<double>::infinity();
+    }
     return static_cast<double>(earliest_due_ns - now_ns) * kNsToMs;
   }
 

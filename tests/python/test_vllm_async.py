@@ -484,3 +484,44 @@ def test_a_waiting_prompt_vllm_cannot_admit_holds_no_think_decode(tmp_path, monk
         assert {f"t{i}" for i in range(4)} <= set(out.num_scheduled_tokens)
     assert m.stats["throttled_decodes"] == held_before
     assert m.stats["fallbacks"] == 0
+
+
+def test_a_request_vllm_skips_this_step_holds_no_think_decode(tmp_path, monkeypatch):
+    """vLLM's queue passes over a request that cannot start yet (here a
+    structured-output request whose grammar is still compiling: it stays
+    WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR) and admits what is behind it; the
+    prefill estimate passes over it too, so it holds no think decode. Counted,
+    it held every think request for as long as the grammar compiled (a loaded
+    CI machine ran out of steps in the structured-output test)."""
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher
+    from vllm.v1.request import Request, RequestStatus
+
+    slow_model_config(tmp_path, monkeypatch)
+    sched = build(Scheduler)
+    m = sched.meridian
+    tokens = {f"t{i}": [THINK] + [WORD] * 150 for i in range(4)}
+    for i in range(4):
+        sched.add_request(request(f"t{i}", prompt(16, i)))
+    stepper = TwoInFlight(sched, script(tokens))
+    for _ in range(8):
+        stepper.step()
+    held_before = m.stats["throttled_decodes"]
+    params = SamplingParams(max_tokens=20, structured_outputs=StructuredOutputsParams(regex="[ab]+"))
+    params.structured_outputs._backend = "xgrammar"
+    compiling = Request(request_id="g", prompt_token_ids=prompt(600, 77), sampling_params=params,
+                        pooling_params=None, block_hasher=get_request_block_hasher(16, sha256))
+    sched.add_request(compiling)  # no grammar_init: its grammar never becomes ready
+    assert compiling.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
+    for _ in range(6):
+        out, _ = stepper.step()
+        assert m.core.last_stats.engine_prefill_tokens == 0
+        assert "g" not in out.num_scheduled_tokens
+        assert {f"t{i}" for i in range(4)} <= set(out.num_scheduled_tokens)
+    assert m.stats["throttled_decodes"] == held_before
+    # What waits behind it is still counted: vLLM admits it this step.
+    sched.add_request(request("after", prompt(64, 78)))
+    out, _ = stepper.step()
+    assert m.core.last_stats.engine_prefill_tokens == 64 and out.num_scheduled_tokens.get("after") == 64
+    assert m.stats["fallbacks"] == 0

@@ -84,6 +84,9 @@ _THINK = meridian.Phase.THINK_DECODE
 _EXIT_THINK = meridian.PhaseEventKind.EXIT_THINK
 _ENTER_THINK = meridian.PhaseEventKind.ENTER_THINK
 _RUNNING = RequestStatus.RUNNING
+# A waiting request vLLM may admit this step; any other waiting status (a grammar still
+# compiling, remote KV loading, a parked streaming session) is skipped by vLLM's queue.
+_ADMISSIBLE = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
 _UNLIMITED_BLOCKS = (1 << 63) - 1
 # The router needs the prompt only from its last think boundary on.
@@ -406,7 +409,9 @@ class _Adapter:
         ``scheduler_reserve_full_isl``, plus vLLM's watermark), the queue
         stopping at the first that does not. A prompt counted here that vLLM
         then does not run would hold think decodes back for nothing (with the
-        clock frozen, forever). Prefix-cache hits are not looked up: a prompt
+        clock frozen, forever): requests vLLM skips this step (a grammar still
+        compiling, remote KV loading, stale output in flight) are passed
+        over, as vLLM passes them. Prefix-cache hits are not looked up: a prompt
         that would hit is counted as needing all its blocks, which can only
         leave think decodes planned that vLLM then runs beside it."""
         if not self.pending and not sched.waiting:
@@ -434,8 +439,15 @@ class _Adapter:
         full_isl = bool(getattr(sched, "scheduler_reserve_full_isl", False))
         watermark = getattr(sched.kv_cache_manager, "watermark_blocks", 0) if sched.running else 0
         max_len = sched.max_model_len
+        slots = (getattr(sched, "max_num_active_reqs", sched.max_num_running_reqs) - len(sched.running)
+                 - getattr(sched, "num_waiting_for_streaming_input", 0))
         admitted = 0
         for r in sched.waiting:
+            if admitted >= slots:
+                break  # vLLM's own limit on active requests
+            if r.status not in _ADMISSIBLE or (getattr(r, "num_stale_output_tokens", 0)
+                                               and not getattr(r, "drop_stale_output", True)):
+                continue  # vLLM skips it this step and goes on down the queue
             left = max(0, r.num_tokens - r.num_computed_tokens)
             chunk = min(left, threshold, cap - total) if threshold > 0 else min(left, cap - total)
             chunk_blocks = -(-(r.num_computed_tokens + chunk) // block)
