@@ -123,6 +123,11 @@ class Engine {
         const auto at_ns = static_cast<std::int64_t>(std::llround(r.arrival_s * kNsPerS));
         arrivals_.push({at_ns, r.id});
         arrival_window_end_ns_ = std::max(arrival_window_end_ns_, std::min(at_ns, max_ns));
+      } else if (next_turn_[r.after] != 0) {
+        // A second follow-up of one turn would never arrive (read_trace refuses it too).
+        throw InvalidArgument(
+            fmt::format("workload request {}: after ({}) already has a follow-up (request {})", r.id, r.after,
+                        next_turn_[r.after]));
       } else {
         next_turn_[r.after] = r.id;
       }

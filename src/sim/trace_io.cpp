@@ -7,6 +7,7 @@
 #include <limits>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -83,6 +84,9 @@ Workload read_trace(std::istream& in, std::string_view source_name) {
   w.name = "trace";
   std::string text;
   std::size_t line = 0;
+  // Per request (index id - 1): its line, and the line of its follow-up (0: none).
+  std::vector<std::size_t> line_of;
+  std::vector<std::size_t> follow_up_line;
   while (std::getline(in, text)) {
     ++line;
     const auto first = text.find_first_not_of(" \t\r");
@@ -128,7 +132,27 @@ Workload read_trace(std::istream& in, std::string_view source_name) {
       r.fail("answer_at", fmt::format("must be <= think_tokens ({}); got {}", s.think_tokens, s.answer_at));
     }
     if (s.after > 0 && s.conversation == 0) r.fail("conversation", "is required (> 0) for a follow-up turn");
+    if (s.after > 0) {
+      // A turn has one next turn: the engines replay a conversation as a chain,
+      // and a second follow-up of one parent would never arrive.
+      const std::size_t parent = s.after - 1;
+      if (follow_up_line[parent] != 0) {
+        r.fail("after", fmt::format("request {} (line {}) already has a follow-up on line {}; a turn has one "
+                                    "next turn (start a new conversation for a branch)",
+                                    s.after, line_of[parent], follow_up_line[parent]));
+      }
+      const std::uint64_t parent_conversation = w.requests[parent].conversation;
+      if (parent_conversation != 0 && parent_conversation != s.conversation) {
+        r.fail("conversation",
+               fmt::format("must be the conversation of the turn it follows (request {} on line "
+                           "{}: {}); got {}",
+                           s.after, line_of[parent], parent_conversation, s.conversation));
+      }
+      follow_up_line[parent] = line;
+    }
     w.requests.push_back(s);
+    line_of.push_back(line);
+    follow_up_line.push_back(0);
   }
   // A failed read ends getline() like the end of the file would; without this
   // a trace that cannot be read (a directory, EIO) was cut short silently.

@@ -203,6 +203,50 @@ TEST(Trace, ReadsWritesAndReadsBack) {
   EXPECT_EQ(w2.requests[0].conversation, 7U);
 }
 
+TEST(Trace, ATurnHasOneFollowUpInItsOwnConversation) {
+  // Two follow-ups of one turn: the second would never arrive (issue 27: a
+  // 100 K-line fan-out replayed one request and dropped the rest, exit 0).
+  auto err = [](const std::string& text) {
+    return error_of([&] {
+      std::istringstream in(text);
+      (void)read_trace(in, "t.jsonl");
+    });
+  };
+  const std::string first =
+      "{\"arrival_s\": 0, \"prompt_tokens\": 3, \"answer_tokens\": 5, \"conversation\": 4}\n";
+  const std::string turn =
+      "{\"after\": 1, \"prompt_tokens\": 3, \"answer_tokens\": 5, \"conversation\": 4}\n";
+  EXPECT_EQ(
+      err(first + turn + "# a comment\n" + turn),
+      "t.jsonl:4: after: request 1 (line 1) already has a follow-up on line 2; a turn has one next turn "
+      "(start a new conversation for a branch)");
+  EXPECT_EQ(
+      err(first + "{\"after\": 1, \"prompt_tokens\": 3, \"answer_tokens\": 5, \"conversation\": 9}\n"),
+      "t.jsonl:2: conversation: must be the conversation of the turn it follows (request 1 on line 1: 4); "
+      "got 9");
+  // A chain is fine: 1 -> 2 -> 3.
+  std::istringstream chain(
+      first + turn + "{\"after\": 2, \"prompt_tokens\": 3, \"answer_tokens\": 5, \"conversation\": 4}\n");
+  EXPECT_EQ(read_trace(chain, "t.jsonl").requests.size(), 3U);
+}
+
+TEST(Trace, TheEngineRefusesAFanOutThatDidNotComeFromATrace) {
+  // Workloads built in code (bindings, tests) reach the engine without read_trace.
+  Workload w;
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    RequestSpec r;
+    r.id = id;
+    r.prompt_tokens = 3;
+    r.answer_tokens = 5;
+    r.conversation = 1;
+    r.after = id == 1 ? 0 : 1;
+    w.requests.push_back(r);
+  }
+  ReplayOptions o;
+  EXPECT_EQ(error_of([&] { (void)run_replay(w, o); }),
+            "workload request 3: after (1) already has a follow-up (request 2)");
+}
+
 TEST(Trace, BadLinesNameFileLineAndField) {
   auto err = [](const std::string& text) {
     return error_of([&] {

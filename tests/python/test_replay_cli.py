@@ -90,6 +90,14 @@ def test_bad_input_names_the_field(meridian_bin, tmp_path):
     result = replay(meridian_bin, tmp_path, "--trace", trace)
     assert result.returncode == 1
     assert f"{trace}:2: prompt_tokens: is required" in result.stderr
+    # A fan-out (two follow-ups of one turn) is refused with its line, not replayed as one
+    # request with the rest never arriving (issue 27).
+    first = '{"arrival_s": 0, "prompt_tokens": 10, "answer_tokens": 5, "conversation": 1}\n'
+    turn = '{"after": 1, "prompt_tokens": 10, "answer_tokens": 5, "conversation": 1}\n'
+    trace.write_text(first + turn + turn)
+    result = replay(meridian_bin, tmp_path, "--trace", trace)
+    assert result.returncode == 1
+    assert f"{trace}:3: after: request 1 (line 1) already has a follow-up on line 2" in result.stderr
     result = replay(meridian_bin, tmp_path, "--policies", "vllm-fifo")
     assert result.returncode == 2  # a usage error
     assert 'unknown policy "vllm-fifo"' in result.stderr
