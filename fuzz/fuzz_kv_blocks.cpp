@@ -1,6 +1,8 @@
 // Block-manager operation sequences: bytes decode into allocate (with and
 // without prefix hashes, in any tier), attach_prefix, demote, release of every
-// kind and touch, on a small pool with fuzzed options. After every operation
+// kind and touch, on a small pool with fuzzed options. attach_prefix is refused
+// (InvalidArgument, nothing changed) exactly for request id 0, a repeated hash
+// or a request that already holds blocks. After every operation
 // the manager's full consistency check holds, a failed allocation changed
 // nothing, and the occupancy adds up; once every request is released, no
 // block is live.
@@ -13,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "fuzz_check.h"
+#include "meridian/error.h"
 #include "meridian/kv_block_manager.h"
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -93,9 +96,25 @@ void run(const std::uint8_t* data, std::size_t size) {
     switch (in.ConsumeIntegralInRange<int>(0, 5)) {
       case 0: allocate(in, m, r); break;
       case 1: {
-        const std::vector<std::uint64_t> h = hashes(in, in.ConsumeIntegralInRange<std::uint32_t>(0, 20));
+        std::vector<std::uint64_t> h = hashes(in, in.ConsumeIntegralInRange<std::uint32_t>(0, 20));
+        if (!h.empty() && in.ConsumeBool())
+          h.push_back(h[in.ConsumeIntegralInRange<std::size_t>(0, h.size() - 1)]);
+        const RequestId id = in.ConsumeBool() ? r : 0;  // 0: the reserved "no owner" id
+        std::vector<std::uint64_t> sorted = h;
+        std::sort(sorted.begin(), sorted.end());
+        const bool repeats = std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
+        const bool refused = id == 0 || repeats || !m.block_locations(id).empty();
+        const KvBlockUsage before = m.usage();
         const std::uint32_t expected = m.match_prefix(h);
-        check(m.attach_prefix(r, h) == expected, "attach_prefix() reuses what match_prefix() promised");
+        bool threw = false;
+        try {
+          check(m.attach_prefix(id, h) == expected, "attach_prefix() reuses what match_prefix() promised");
+        } catch (const InvalidArgument&) {
+          threw = true;
+          check(same_usage(before, m.usage()), "a refused attach_prefix() changes nothing");
+        }
+        check(threw == refused,
+              "attach_prefix() is refused exactly for id 0, a repeated hash or a request that holds blocks");
         break;
       }
       case 2: {

@@ -183,7 +183,11 @@ class KvBlockManager {
 
   /// Attaches the longest run of cached or live blocks matching `hashes` (a
   /// chain hash per full prompt block) to the request. Returns the number of
-  /// leading blocks reused; the caller skips prefill for them.
+  /// leading blocks reused; the caller skips prefill for them. Throws
+  /// InvalidArgument, changing nothing, when the request already holds blocks
+  /// (local or remote: a prefix is a request's first blocks), when a hash
+  /// repeats (chain hashes are distinct) or for the reserved id 0, which
+  /// allocate() also refuses.
   std::uint32_t attach_prefix(RequestId request, std::span<const std::uint64_t> hashes);
   /// Read-only: how many leading blocks attach_prefix would reuse; with
   /// `evictable`, also how many of those sit in the evictable cache (no live
@@ -266,8 +270,10 @@ class KvBlockManager {
   std::uint32_t forget_remote(RequestId request, std::uint64_t handle);
 
   /// Full consistency check (every block in exactly one tier list or free,
-  /// counts match, ref counts match the request lists, think cap held,
-  /// pins on live unshared blocks, remote entries well placed).
+  /// counts match, ref counts match the request lists, no block twice in one
+  /// request's list, no list under the reserved id 0, live ThinkComplete
+  /// blocks unshared, pins on live unshared blocks, remote entries well
+  /// placed). The think share is soft (ADR-0015), so it is not checked.
   /// O(num_blocks); for tests and debug builds. Returns an empty string when
   /// consistent, else a description of the first violation.
   [[nodiscard]] std::string check_invariants() const;

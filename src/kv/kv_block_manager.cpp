@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <absl/container/flat_hash_map.h>
@@ -26,6 +27,14 @@ constexpr std::uint8_t cached_list(BlockTier tier) noexcept {
 }
 constexpr std::array kEvictionOrder{BlockTier::kThinkComplete, BlockTier::kThinkActive,
                                     BlockTier::kOutputCritical};
+
+// Request id 0 is the manager's "no owner" mark; an API call naming it would
+// make a block look unowned while a request holds it.
+void check_request_id(RequestId request, std::string_view call) {
+  if (request == 0) {
+    throw InvalidArgument(fmt::format("KvBlockManager::{}: request id 0 is reserved (no owner)", call));
+  }
+}
 
 }  // namespace
 
@@ -235,6 +244,7 @@ KvBlockManager& KvBlockManager::operator=(KvBlockManager&&) noexcept = default;
 AllocResult KvBlockManager::allocate(RequestId request, BlockTier tier, std::uint32_t count,
                                      std::span<const std::uint64_t> hashes) {
   Impl& m = *impl_;
+  check_request_id(request, "allocate");
   AllocResult result;
   if (tier == BlockTier::kThinkComplete) {
     result.status = AllocStatus::kInvalidTier;
@@ -288,6 +298,30 @@ std::uint32_t KvBlockManager::match_prefix(std::span<const std::uint64_t> hashes
 
 std::uint32_t KvBlockManager::attach_prefix(RequestId request, std::span<const std::uint64_t> hashes) {
   Impl& m = *impl_;
+  check_request_id(request, "attach_prefix");
+  // A prefix is the start of a request's blocks: attached twice, or after its
+  // own blocks, the list no longer matches its tokens and the caller would skip
+  // prefill it has not done.
+  const auto own = m.owned.find(request);
+  const auto rem = m.remote.find(request);
+  const std::size_t held =
+      (own == m.owned.end() ? 0 : own->second.size()) + (rem == m.remote.end() ? 0 : rem->second.size());
+  if (held != 0) {
+    throw InvalidArgument(
+        fmt::format("KvBlockManager::attach_prefix: request {} already holds {} blocks; a "
+                    "prefix attaches only before its first block",
+                    request, held));
+  }
+  // Chain hashes cover everything before them, so one never repeats; a
+  // repeated hash would attach one block twice.
+  absl::flat_hash_map<std::uint64_t, std::size_t> first_at;
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    if (const auto [it, fresh] = first_at.try_emplace(hashes[i], i); !fresh) {
+      throw InvalidArgument(fmt::format(
+          "KvBlockManager::attach_prefix: hashes[{}] repeats hashes[{}] ({:#x}); chain hashes are distinct",
+          i, it->second, hashes[i]));
+    }
+  }
   const std::uint32_t matched = match_prefix(hashes);
   m.counters.prefix_lookup_blocks += hashes.size();
   m.counters.prefix_hit_blocks += matched;
@@ -635,7 +669,15 @@ std::string KvBlockManager::check_invariants() const {
   absl::flat_hash_map<BlockId, std::uint32_t> refs;
   for (const auto& [request, list] : m.owned) {
     if (list.empty()) return fmt::format("request {} has an empty block list", request);
-    for (BlockId b : list) ++refs[b];
+    if (request == 0) return "request id 0 (reserved: no owner) holds blocks";
+    absl::flat_hash_map<BlockId, std::size_t> at;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (const auto [it, fresh] = at.try_emplace(list[i], i); !fresh) {
+        return fmt::format("request {} lists block {} twice (positions {} and {})", request, list[i],
+                           it->second, i);
+      }
+      ++refs[list[i]];
+    }
   }
   for (std::uint32_t b = 0; b < n; ++b) {
     const auto it = refs.find(b);

@@ -90,6 +90,14 @@ void invariants_hold(RequestId max_request, std::size_t min_length, std::uint32_
       case 1: {
         const auto h = chain(op.hash_base * 8 + (op.request % 3 + 1), op.count);
         const std::uint32_t expected = m.match_prefix(h);
+        if (logical_before != 0) {
+          // A prefix attaches only before a request's first block: refused, nothing changed.
+          const KvBlockUsage before = m.usage();
+          RC_ASSERT_THROWS_AS(m.attach_prefix(op.request, h), InvalidArgument);
+          RC_ASSERT(same_usage(before, m.usage()));
+          RC_ASSERT(m.block_locations(op.request).size() == logical_before);
+          break;
+        }
         RC_ASSERT(m.attach_prefix(op.request, h) == expected);
         break;
       }

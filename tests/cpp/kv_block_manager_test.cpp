@@ -2,6 +2,10 @@
 // fraction, aggressive eviction, fabric offload and the counters.
 #include "meridian/kv_block_manager.h"
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace meridian {
@@ -134,6 +138,45 @@ TEST(KvBlockManager, PrefixAttachSharesAndReusesCachedBlocks) {
   EXPECT_EQ(m.attach_prefix(3, h), 3U);  // from the cache
   EXPECT_EQ(m.usage().cached_blocks[2], 0U);
   EXPECT_EQ(m.counters().prefix_hit_blocks, 6U);
+  EXPECT_EQ(m.check_invariants(), "");
+}
+
+TEST(KvBlockManager, APrefixAttachesOnceBeforeTheRequestsOwnBlocks) {
+  // Issue 27: attached twice, request 2 listed [0, 1, 0, 1], was told 2 blocks
+  // were reused both times, and check_invariants() found nothing.
+  KvBlockManager m(options(8));
+  const auto h = hashes(7, 2);
+  ASSERT_TRUE(m.allocate(1, BlockTier::kOutputCritical, 2, h).ok());
+  ASSERT_EQ(m.attach_prefix(2, h), 2U);
+  const KvBlockUsage before = m.usage();
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no InvalidArgument");
+  };
+  EXPECT_EQ(
+      message([&] { (void)m.attach_prefix(2, h); }),
+      "KvBlockManager::attach_prefix: request 2 already holds 2 blocks; a prefix attaches only before its "
+      "first block");
+  // After its own blocks: the prefix would land behind them.
+  ASSERT_TRUE(m.allocate(3, BlockTier::kOutputCritical, 1).ok());
+  EXPECT_THROW((void)m.attach_prefix(3, h), InvalidArgument);
+  // One hash twice would attach one block twice.
+  const std::vector<std::uint64_t> repeated{h[0], h[0]};
+  EXPECT_NE(message([&] { (void)m.attach_prefix(4, repeated); }).find("hashes[1] repeats hashes[0]"),
+            std::string::npos);
+  // Id 0 is the manager's "no owner" mark.
+  EXPECT_NE(message([&] { (void)m.attach_prefix(0, h); }).find("request id 0 is reserved"),
+            std::string::npos);
+  EXPECT_NE(
+      message([&] { (void)m.allocate(0, BlockTier::kThinkActive, 1); }).find("request id 0 is reserved"),
+      std::string::npos);
+  EXPECT_EQ(m.blocks_of(2).size(), 2U);
+  EXPECT_EQ(m.blocks_of(4).size(), 0U);
+  EXPECT_EQ(m.usage().free_blocks, before.free_blocks - 1);  // only request 3's allocation
   EXPECT_EQ(m.check_invariants(), "");
 }
 

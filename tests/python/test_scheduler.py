@@ -162,6 +162,24 @@ def test_block_manager_tiers_limit_and_prefix_cache():
     assert kv.check_invariants() == ""
 
 
+def test_kv_prefix_attach_refuses_states_no_engine_reaches():
+    """Issue 27: attached twice, a request listed [0, 1, 0, 1] and check_invariants() was clean."""
+    _, _, kv = engine_parts(num_blocks=8)
+    assert kv.allocate(1, BlockTier.OUTPUT_CRITICAL, 2, [11, 12])
+    assert kv.attach_prefix(2, [11, 12]) == 2
+    with pytest.raises(ValueError, match="request 2 already holds 2 blocks"):
+        kv.attach_prefix(2, [11, 12])
+    with pytest.raises(ValueError, match=r"hashes\[1\] repeats hashes\[0\]"):
+        kv.attach_prefix(3, [11, 11])
+    with pytest.raises(ValueError, match="request id 0 is reserved"):
+        kv.attach_prefix(0, [11])
+    with pytest.raises(ValueError, match="request id 0 is reserved"):
+        kv.allocate(0, BlockTier.THINK_ACTIVE, 1)
+    assert kv.blocks_of(2) == kv.blocks_of(1) and len(kv.blocks_of(2)) == 2
+    assert kv.blocks_of(3) == []
+    assert kv.check_invariants() == ""
+
+
 def test_bad_input_is_a_clear_error():
     _, sched, kv = engine_parts()
     sched.add(1, prompt_tokens=4)
