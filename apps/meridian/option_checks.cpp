@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "meridian/net_address.h"
+
 namespace meridian::cli {
 namespace {
 
@@ -52,6 +54,16 @@ CLI::Validator number_in(double min, double max, bool min_exclusive) {
             return {};
           },
           fmt::format("NUMBER in {}{}, {}]", min_exclusive ? "(" : "[", min, max)};
+}
+
+CLI::Validator listen_host() {
+  return {[](std::string& text) -> std::string {
+            std::string canonical = canonical_listen_host(text);
+            if (canonical.empty()) return listen_host_problem(text);
+            text = std::move(canonical);
+            return {};
+          },
+          "ADDRESS"};
 }
 
 }  // namespace meridian::cli

@@ -32,4 +32,9 @@ inline constexpr int kUsageExitCode = 2;
 /// A finite number in [min, max], or in (min, max] when `min_exclusive`.
 [[nodiscard]] CLI::Validator number_in(double min, double max, bool min_exclusive = false);
 
+/// A host to listen on (net_address.h: numeric IPv4/IPv6 or localhost);
+/// rewrites it to the canonical form that is bound, so pass it to
+/// Option::transform.
+[[nodiscard]] CLI::Validator listen_host();
+
 }  // namespace meridian::cli

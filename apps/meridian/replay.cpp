@@ -526,8 +526,10 @@ std::function<int()> add_replay(CLI::App& app) {
                       "serve Prometheus /metrics of the A/B run of policy meridian (meridian-no-forcing when "
                       "only that runs), first seed, live while it runs; 0 picks a free port (printed)")
           ->transform(integer_in(0, 65535));
-  sub->add_option("--metrics-host", o->metrics_host, "address --metrics-port listens on")
+  sub->add_option("--metrics-host", o->metrics_host,
+                  "address --metrics-port listens on (numeric IPv4/IPv6 or localhost)")
       ->capture_default_str()
+      ->transform(listen_host())
       ->needs(port);
   sub->add_option("--realtime-factor", o->realtime_factor,
                   "pace the observed run: F simulated seconds per wall-clock second")

@@ -13,6 +13,7 @@
 #include "bindings.h"
 #include "meridian/config.h"
 #include "meridian/error.h"
+#include "meridian/net_address.h"
 #include "meridian/tokenizer_vocab.h"
 
 namespace nb = nanobind;
@@ -229,6 +230,12 @@ void bind_config(nb::module_& m) {
       "files"_a, "Defaults overlaid by each file in order; ValueError on any problem");
   m.def("find_default_config_file", &find_default_config_file,
         "$MERIDIAN_CONFIG, ./meridian.toml, then ~/.config/meridian/meridian.toml");
+  m.def("canonical_listen_host", &canonical_listen_host, "host"_a,
+        "The numeric form of a host to listen on (IPv4, IPv6 or localhost), or '' when it is none");
+  m.def("listen_host_problem", &listen_host_problem, "host"_a,
+        "What is wrong with a listen host ('' when valid)");
+  m.def("otlp_endpoint_problem", &otlp_endpoint_problem, "endpoint"_a,
+        "What is wrong with an OTLP/HTTP base endpoint ('' when valid)");
   m.def("builtin_model_presets", &builtin_model_presets);
   m.def("config_field_paths", &config_field_paths);
   m.def("prompt_disables_thinking", &prompt_disables_thinking, "prompt_text"_a);

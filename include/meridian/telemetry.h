@@ -41,9 +41,10 @@ class RegistryCollectable final : public prometheus::Collectable {
 /// Serves `registry` at http://host:port/metrics until destroyed.
 class MetricsServer {
  public:
-  /// `port` 0 picks a free ephemeral port (see port()). Throws
-  /// meridian::Error naming host:port when it cannot listen (the port is in
-  /// use, the host is not a local address).
+  /// `port` 0 picks a free ephemeral port (see port()). `host` must be a
+  /// numeric address or localhost (canonical_listen_host(), net_address.h;
+  /// InvalidArgument otherwise). Throws meridian::Error naming host:port when
+  /// it cannot listen (the port is in use, the host is not a local address).
   MetricsServer(const MetricRegistry& registry, const std::string& host, std::uint16_t port);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
@@ -53,8 +54,9 @@ class MetricsServer {
 
   /// The port it listens on (the bound one when constructed with 0).
   [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
+  /// The address it listens on, in canonical form ("127.0.0.1" for "localhost").
   [[nodiscard]] const std::string& host() const noexcept { return host_; }
-  /// "http://host:port/metrics".
+  /// "http://host:port/metrics", with the address and port it is bound to.
   [[nodiscard]] std::string url() const;
 
  private:

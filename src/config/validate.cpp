@@ -8,6 +8,7 @@
 
 #include "config/internal.h"
 #include "config/schema.h"
+#include "meridian/net_address.h"
 
 namespace meridian {
 namespace {
@@ -101,15 +102,13 @@ class Validator {
   }
 
   void check_telemetry(const TelemetryConfig& t) {
-    if (t.prometheus_host.empty()) {
-      add("telemetry.prometheus_host", "telemetry.prometheus_host must not be empty");
+    // Checked as the exporters will use them, so check-config fails what start-up would.
+    if (const std::string problem = listen_host_problem(t.prometheus_host); !problem.empty()) {
+      add("telemetry.prometheus_host", "telemetry.prometheus_host " + problem);
     }
     if (t.service_name.empty()) add("telemetry.service_name", "telemetry.service_name must not be empty");
-    const bool http = t.otlp_endpoint.starts_with("http://") || t.otlp_endpoint.starts_with("https://");
-    if (!http || t.otlp_endpoint.find_first_of(" \t\r\n") != std::string::npos) {
-      add("telemetry.otlp_endpoint",
-          fmt::format("telemetry.otlp_endpoint must be an http:// or https:// URL; got \"{}\"",
-                      shown(t.otlp_endpoint)));
+    if (const std::string problem = otlp_endpoint_problem(t.otlp_endpoint); !problem.empty()) {
+      add("telemetry.otlp_endpoint", "telemetry.otlp_endpoint " + problem);
     }
   }
 

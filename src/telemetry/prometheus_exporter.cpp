@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "meridian/error.h"
+#include "meridian/net_address.h"
 #include "meridian/telemetry.h"
 #include <prometheus/exposer.h>
 #include <prometheus/text_serializer.h>
@@ -81,10 +82,13 @@ struct MetricsServer::Impl {
 };
 
 MetricsServer::MetricsServer(const MetricRegistry& registry, const std::string& host, std::uint16_t port)
-    : impl_(std::make_unique<Impl>()), host_(host) {
+    : impl_(std::make_unique<Impl>()), host_(canonical_listen_host(host)) {
+  // civetweb parses an address without range checks ("256.0.0.0" bound every
+  // interface): only the canonical numeric form reaches it.
+  if (host_.empty()) throw InvalidArgument("metrics host " + listen_host_problem(host));
   // civetweb's listening_ports syntax: an IPv6 address goes in brackets.
-  const bool ipv6 = host.find(':') != std::string::npos;
-  const std::string address = ipv6 ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+  const bool ipv6 = host_.find(':') != std::string::npos;
+  const std::string address = ipv6 ? fmt::format("[{}]:{}", host_, port) : fmt::format("{}:{}", host_, port);
   try {
     impl_->exposer = std::make_unique<prometheus::Exposer>(address, 2);
   } catch (const std::exception& e) {

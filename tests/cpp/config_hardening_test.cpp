@@ -1,6 +1,7 @@
 // meridian.toml against careless and hostile input (issue 15): non-finite and
 // huge numbers, unreadable files, inputs built to make validation slow or its
 // report huge, and model names that could break the printed TOML.
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -269,11 +270,14 @@ TEST(ConfigHardening, EveryValidConfigRoundTripsThroughToml) {
   std::mt19937 rng(15);
   for (int round = 0; round < 300; ++round) {
     MeridianConfig config = MeridianConfig::defaults();
-    config.telemetry.prometheus_host = random_text(rng, 12);
+    // A listen host is an address (net_address.h), so it is picked, not random text.
+    constexpr std::array kHosts{"127.0.0.1", "0.0.0.0", "::1", "::", "10.1.2.3", "fe80::1"};
+    config.telemetry.prometheus_host = kHosts.at(static_cast<std::size_t>(round) % kHosts.size());
     config.telemetry.service_name = random_text(rng, 12);
     config.telemetry.otlp_endpoint = "https://collector/" + random_text(rng, 8);
-    std::erase_if(config.telemetry.otlp_endpoint,
-                  [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
+    std::erase_if(config.telemetry.otlp_endpoint, [](char c) {
+      return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '?' || c == '#';
+    });
     ModelConfig& granite = config.models.at("granite_3_2");
     granite.think_start_markers = {"<" + random_text(rng, 20)};
     granite.think_end_markers = {"\n" + random_text(rng, 20), random_text(rng, 20) + "!"};

@@ -134,12 +134,30 @@ INSTANTIATE_TEST_SUITE_P(
             "[kv_memory]\ncapacity_bytes = 1000\nblock_size_bytes = 4096", "kv_memory.capacity_bytes",
             "kv_memory.capacity_bytes must hold at least one block (>= kv_memory.block_size_bytes = 4096); "
             "got 1000"},
-        BadCase{"[telemetry]\notlp_endpoint = \"localhost:4318\"", "telemetry.otlp_endpoint",
-                "telemetry.otlp_endpoint must be an http:// or https:// URL; got \"localhost:4318\""},
+        BadCase{
+            "[telemetry]\notlp_endpoint = \"localhost:4318\"", "telemetry.otlp_endpoint",
+            "telemetry.otlp_endpoint must be an http:// or https:// URL such as http://localhost:4318; got "
+            "\"localhost:4318\""},
         BadCase{"[telemetry]\nservice_name = \"\"", "telemetry.service_name",
                 "telemetry.service_name must not be empty"},
-        BadCase{"[telemetry]\nprometheus_host = \"\"", "telemetry.prometheus_host",
-                "telemetry.prometheus_host must not be empty"},
+        BadCase{
+            "[telemetry]\nprometheus_host = \"\"", "telemetry.prometheus_host",
+            "telemetry.prometheus_host must be an IPv4 address (four parts, each 0-255), an IPv6 address or "
+            "localhost; got \"\""},
+        // Issue 27: civetweb bound "256.0.0.0" as 0.0.0.0; start-up rejected an empty host.
+        BadCase{
+            "[telemetry]\nprometheus_host = \"256.0.0.0\"", "telemetry.prometheus_host",
+            "telemetry.prometheus_host must be an IPv4 address (four parts, each 0-255), an IPv6 address or "
+            "localhost; got \"256.0.0.0\""},
+        BadCase{
+            "[telemetry]\nprometheus_host = \"127.1\"", "telemetry.prometheus_host",
+            "telemetry.prometheus_host must be an IPv4 address (four parts, each 0-255), an IPv6 address or "
+            "localhost; got \"127.1\""},
+        BadCase{"[telemetry]\notlp_endpoint = \"http://\"", "telemetry.otlp_endpoint",
+                "telemetry.otlp_endpoint has no host; got \"http://\""},
+        BadCase{"[telemetry]\notlp_endpoint = \"http://collector:70000\"", "telemetry.otlp_endpoint",
+                "telemetry.otlp_endpoint has port \"70000\": it must be a number in 1..65535; got "
+                "\"http://collector:70000\""},
         BadCase{"[model.qwen3]\nthink_end_token_ids = []", "model.qwen3.think_end_token_ids",
                 "model.qwen3.think_end_token_ids must not be empty when reasoning_parser = \"qwen3\""},
         BadCase{"[model.deepseek_r1]\nthink_end_token_ids = []", "model.deepseek_r1.think_end_token_ids",

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "meridian/error.h"
@@ -78,6 +79,17 @@ TEST(PrometheusExporter, ExpositionHasEveryCatalogMetricWithHelpTypeAndLabels) {
   EXPECT_EQ(values.at("meridian_scheduler_batch_size_count{phase=\"output\"}"), 2);
   EXPECT_EQ(values.at("meridian_scheduler_batch_size_sum{phase=\"output\"}"), 5003);
   EXPECT_EQ(text.find("vllm"), std::string::npos);
+}
+
+TEST(PrometheusExporter, TheHostIsCheckedAndTheBoundAddressReported) {
+  // Issue 27: civetweb read "256.0.0.0" as 0.0.0.0, every interface.
+  const MetricRegistry registry;
+  for (const char* bad : {"256.0.0.0", "999.1.1.1", "127.1", "example.com"}) {
+    EXPECT_THROW(MetricsServer(registry, bad, 0), InvalidArgument) << bad;
+  }
+  const MetricsServer local(registry, "localhost", 0);
+  EXPECT_EQ(local.host(), "127.0.0.1");
+  EXPECT_EQ(local.url(), fmt::format("http://127.0.0.1:{}/metrics", local.port()));
 }
 
 TEST(PrometheusExporter, ServerOnAnEphemeralPortServesLiveValues) {

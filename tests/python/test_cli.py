@@ -32,6 +32,19 @@ def test_bad_file_exits_1_with_dotted_path_and_location(meridian_bin, tmp_path):
     assert lines[2] == "2 problems found"
 
 
+def test_check_config_fails_the_addresses_start_up_would_refuse(meridian_bin, tmp_path):
+    """Issue 27: check-config passed an OTLP endpoint of "http://" (the engine then refused it)
+    and a metrics host civetweb would have bound as another address."""
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[telemetry]\nprometheus_host = "999.1.1.1"\notlp_endpoint = "http://"\n')
+    result = run(meridian_bin, "check-config", cfg)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[0] == ("error: telemetry.prometheus_host must be an IPv4 address (four parts, each 0-255), an IPv6 "
+                        f'address or localhost; got "999.1.1.1" (at {cfg}:2:19)')
+    assert lines[1] == f'error: telemetry.otlp_endpoint has no host; got "http://" (at {cfg}:3:17)'
+
+
 def test_syntax_error_and_missing_file(meridian_bin, tmp_path):
     cfg = tmp_path / "broken.toml"
     cfg.write_text("[scheduler\n")

@@ -129,6 +129,10 @@ def test_linger_ends_with_exit_0(meridian_bin, tmp_path):
         (["--metrics-host", "127.0.0.1"], "--metrics-port"),
         (["--metrics-port", "0", "--policies", "vllm-fcfs"], "meridian"),
         (["--metrics-port", "0", "--metrics-host", "203.0.113.7"], "203.0.113.7"),
+        # Issue 27: civetweb bound 256.0.0.0 as 0.0.0.0 (every interface) and 999.1.1.1 as 231.1.1.1.
+        (["--metrics-port", "0", "--metrics-host", "256.0.0.0"], 'got "256.0.0.0"'),
+        (["--metrics-port", "0", "--metrics-host", "999.1.1.1"], 'got "999.1.1.1"'),
+        (["--metrics-port", "0", "--metrics-host", "127.1"], 'got "127.1"'),
     ],
 )
 def test_bad_metrics_options_are_refused(meridian_bin, tmp_path, args, needle):

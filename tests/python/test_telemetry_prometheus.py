@@ -193,3 +193,18 @@ def test_multiprocess_mode_reaches_a_multiprocess_collector(tmp_path):
     assert s[("meridian_queue_depth", (("queue", "output"),))] == 2
     assert s[("meridian_request_ttft_seconds_bucket", (("le", "0.25"),))] == 1
     assert s[("meridian_request_ttft_seconds_count", ())] == 1
+
+
+def test_the_metrics_host_is_an_address_not_whatever_getaddrinfo_reads():
+    """Issue 27: getaddrinfo reads "0" as 0.0.0.0 (every interface) and "127.1" as 127.0.0.1."""
+    from meridian.telemetry.prometheus import PrometheusExporter
+
+    exporter = PrometheusExporter(meridian.MetricRegistry())
+    for bad in ("0", "127.1", "256.0.0.0", "example.com"):
+        with pytest.raises(ValueError, match=f'telemetry.prometheus_host must be an IPv4 address .*got "{bad}"'):
+            exporter.serve(bad, 0)
+    port = exporter.serve("localhost", 0)
+    try:
+        assert port
+    finally:
+        exporter.close()

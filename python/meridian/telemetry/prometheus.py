@@ -147,7 +147,16 @@ class PrometheusExporter:
     def serve(self, host: str, port: int) -> int | None:
         """Serves ``/metrics`` on host:port (0: an ephemeral port) from a daemon
         thread; returns the bound port, or None (logged once, counted in
-        ``serve_errors``) when the port cannot be bound."""
+        ``serve_errors``) when the port cannot be bound. ``host`` must be a
+        numeric address or localhost (ValueError otherwise): getaddrinfo reads
+        "0" as 0.0.0.0 and "127.1" as 127.0.0.1, so a typo could bind every
+        interface; the address bound is the canonical one."""
+        from meridian._meridian import canonical_listen_host, listen_host_problem
+
+        bound = canonical_listen_host(host) if isinstance(host, str) else ""
+        if not bound:
+            raise ValueError(f"telemetry.prometheus_host {listen_host_problem(str(host))}")
+        host = bound
         try:
             self._server = _Server.attach(self, host, port)
         except OSError as e:
