@@ -1,6 +1,8 @@
 // Replay parameters reader: parse_replay_params() may only throw ConfigError;
 // parameters it accepts print with to_toml() as a document that reads back to
-// the same parameters.
+// the same parameters, and a fabric link it accepts either is refused by
+// FabricLinkModel with a named field or moves a KV block within an hour.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -8,6 +10,7 @@
 
 #include "fuzz_check.h"
 #include "meridian/replay.h"
+#include "meridian/sim_cost_model.h"
 
 namespace meridian::fuzz {
 namespace {
@@ -29,6 +32,20 @@ void run(std::string_view text) {
             toml);
   }
   check(sim::to_toml(again) == toml, "to_toml() output parses back to different parameters:\n" + toml);
+  // Derived quantities (issue 27): a fabric link the model accepts moves one KV
+  // block within an hour, so its transfers stay finite nanosecond counts.
+  if (params.disagg.fabric != "none") {
+    for (const std::uint32_t block_tokens : {1U, 16U, 1024U}) {
+      try {
+        const sim::FabricLinkModel link(params.disagg, params.cost_model.kv_bytes_per_token() * block_tokens);
+        const double ms = link.transfer_ms(1);
+        check(std::isfinite(ms) && ms >= 0 && ms <= 3.6e6 + params.disagg.latency_us / 1e3,
+              "an accepted link moves one block within an hour");
+      } catch (const ConfigError& e) {
+        check(!e.issues().empty(), "a refused link names its field");
+      }
+    }
+  }
 }
 
 }  // namespace

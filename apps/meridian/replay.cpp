@@ -246,11 +246,10 @@ void run_load_sweep(const ReplayCliOptions& o, const std::vector<PolicyKind>& po
   fmt::print("wrote {}\n", (out_dir / "load-sweep.json").string());
 }
 
-/// validate(params), naming the option when a value given on the command line breaks a rule.
-void validate_params(const ReplayCliOptions& o, const sim::ReplayParams& params) {
-  try {
-    sim::validate(params);
-  } catch (const ConfigError& e) {
+/// Rethrows `e` as a UsageError naming the option when a value given on the
+/// command line broke the rule; else as it is.
+[[noreturn]] void rethrow_naming_options(const ReplayCliOptions& o, const ConfigError& e) {
+  {
     const std::pair<std::string_view, bool> options[] = {
         {"--arrival-rate", o.arrival_rate.has_value()},
         {"--duration-s", o.duration_s.has_value()},
@@ -267,7 +266,42 @@ void validate_params(const ReplayCliOptions& o, const sim::ReplayParams& params)
         }
       }
     }
-    throw;
+    throw e;
+  }
+}
+
+/// validate(params), naming the option when a value given on the command line breaks a rule.
+void validate_params(const ReplayCliOptions& o, const sim::ReplayParams& params) {
+  try {
+    sim::validate(params);
+  } catch (const ConfigError& e) {
+    rethrow_naming_options(o, e);
+  }
+}
+
+/// What the run will derive from the parameters and the config, checked
+/// before it starts (issue 27): the fabric link's time per KV block (each
+/// bandwidth is in range alone, but a tiny one overflowed the clock), and
+/// the wall time --realtime-factor paces the longest run to.
+void check_derived(const ReplayCliOptions& o, const sim::ReplayParams& params, const MeridianConfig& config) {
+  if (params.disagg.fabric != "none") {
+    try {
+      (void)sim::FabricLinkModel(params.disagg,
+                                 params.cost_model.kv_bytes_per_token() * config.kv_memory.block_tokens);
+    } catch (const ConfigError& e) {
+      rethrow_naming_options(o, e);
+    }
+  }
+  // The pacing clock is a steady_clock duration in nanoseconds: the longest
+  // run, paced, must fit it (1e-300 made it overflow, and pacing stopped).
+  constexpr double kMaxPacedWallS = 1e9;
+  if (o.realtime_factor && !(params.engine.max_sim_time_s / *o.realtime_factor <= kMaxPacedWallS)) {
+    throw UsageError(
+        fmt::format("--realtime-factor: {:g} paces a run of up to {:g} simulated seconds "
+                    "(engine.max_sim_time_s) to {:g} s "
+                    "of wall time; at most {:g} s can be paced: raise it",
+                    *o.realtime_factor, params.engine.max_sim_time_s,
+                    params.engine.max_sim_time_s / *o.realtime_factor, kMaxPacedWallS));
   }
 }
 
@@ -331,12 +365,17 @@ int run_replay_command(const ReplayCliOptions& o) {
     throw UsageError("--load-sweep varies the synthetic arrival rate; it cannot be used with --trace");
   }
   check_load_sweep(o, params);
-  MeridianConfig config = MeridianConfig::defaults();
-  if (!o.config_files.empty()) {
-    config = load_config(std::vector<fs::path>(o.config_files.begin(), o.config_files.end()));
+  // --config, else the file the docs name ($MERIDIAN_CONFIG, ./meridian.toml,
+  // ~/.config/meridian/meridian.toml): a wrong $MERIDIAN_CONFIG is an error.
+  std::vector<fs::path> config_files(o.config_files.begin(), o.config_files.end());
+  if (config_files.empty()) {
+    if (auto found = find_default_config_file()) config_files.push_back(*found);
   }
+  MeridianConfig config = MeridianConfig::defaults();
+  if (!config_files.empty()) config = load_config(config_files);
   configure_cli_logging(config.logging);
-  log_config_loaded({o.config_files.begin(), o.config_files.end()}, config);
+  log_config_loaded(config_files, config);
+  check_derived(o, params, config);
   const auto policies = parse_policies(o.policies, o.goodput);
   if (!o.trace.empty() && o.goodput) {
     throw UsageError("--goodput varies the synthetic arrival rate; it cannot be used with --trace");

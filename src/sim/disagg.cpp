@@ -4,11 +4,18 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
+#include "meridian/error.h"
+
 namespace meridian::sim::detail {
 namespace {
 
 constexpr double kNsPerMs = 1e6;
 constexpr double kNsPerS = 1e9;
+// Any transfer ends within the events' range (kMaxEventTimeS, 1e9 s), so
+// adding it to a clock reading cannot overflow.
+constexpr double kMaxTransferNs = 1e18;
 
 }  // namespace
 
@@ -21,7 +28,16 @@ DisaggLink::DisaggLink(const DisaggSimParams& params, std::uint64_t block_bytes,
 std::int64_t DisaggLink::transfer(std::uint64_t blocks, std::int64_t now_ns) {
   // The link serialises one transfer at a time; latency overlaps the next.
   const std::int64_t start = std::max(now_ns, link_free_ns_);
-  const auto hold = static_cast<std::int64_t>(std::llround(model_.occupancy_ms(blocks) * kNsPerMs));
+  // Each block is within an hour (FabricLinkModel), but a batch of many is
+  // checked where it becomes nanoseconds: never a wrapped, negative hold.
+  const double hold_ms = model_.occupancy_ms(blocks);
+  if (!(hold_ms * kNsPerMs < kMaxTransferNs)) {
+    throw InvalidArgument(
+        fmt::format("disagg: a transfer of {} blocks takes {:g} ms at disagg.bandwidth_gbps = "
+                    "{:g} and disagg.hash_gbps = {:g}, beyond the simulator's clock",
+                    blocks, hold_ms, model_.params().bandwidth_gbps, model_.params().hash_gbps));
+  }
+  const auto hold = static_cast<std::int64_t>(std::llround(hold_ms * kNsPerMs));
   link_free_ns_ = start + hold;
   busy_ns_ += hold;
   transfer_bytes_ += model_.wire_bytes(blocks);

@@ -25,6 +25,11 @@ constexpr double kMaxThresholdBlocks = 1048576;
 constexpr double kMaxInflightBatches = 4096;
 
 constexpr std::string_view kSection = "disagg";  // the dotted path of every issue
+// The slowest link a run may model: one KV block within an hour (as one step
+// within an hour, [cost_model]). Each bandwidth is in range on its own, but a
+// tiny one made a block take years, whose nanoseconds overflowed: the link
+// then read as infinitely fast (issue 27).
+constexpr double kMaxBlockTransferMs = 3.6e6;
 
 }  // namespace
 
@@ -75,6 +80,22 @@ FabricLinkModel::FabricLinkModel(DisaggSimParams params, std::uint64_t block_byt
   }
   wire_bytes_per_ms_ = p_.bandwidth_gbps * kGiga / kMsPerS;
   hash_bytes_per_ms_ = p_.hash_gbps * kGiga / kMsPerS;
+  const double wire_ms = static_cast<double>(wire_bytes(1)) / wire_bytes_per_ms_;
+  const double hash_ms = static_cast<double>(block_bytes_) / hash_bytes_per_ms_;
+  std::vector<ConfigIssue> issues;
+  auto too_slow = [&](std::string_view field, double value, double ms, std::uint64_t bytes) {
+    if (!(ms <= kMaxBlockTransferMs)) {
+      issues.push_back(
+          {fmt::format("{}.{}", kSection, field),
+           fmt::format("{}.{} = {:g} GB/s takes {:g} ms for one KV block ({} bytes); the simulator "
+                       "models at most {:g} ms (1 h) a block: raise it",
+                       kSection, field, value, ms, bytes, kMaxBlockTransferMs),
+           "", 0, 0});
+    }
+  };
+  too_slow("bandwidth_gbps", p_.bandwidth_gbps, wire_ms, wire_bytes(1));
+  too_slow("hash_gbps", p_.hash_gbps, hash_ms, block_bytes_);
+  if (!issues.empty()) throw ConfigError(std::move(issues));
 }
 
 std::uint64_t FabricLinkModel::wire_bytes(std::uint64_t blocks) const noexcept {

@@ -148,6 +148,33 @@ TEST(ReplayDisagg, ModeOffChangesNothing) {
   }
 }
 
+TEST(ReplayDisagg, ALinkTooSlowForTheClockIsRefusedNamingTheField) {
+  // Issue 27: 1e-12 GB/s is in (0, 1e6] but takes years a block; its
+  // nanoseconds overflowed and the link read as infinitely fast.
+  DisaggSimParams p = disagg_preset("nixl");
+  p.bandwidth_gbps = 1e-12;
+  try {
+    (void)FabricLinkModel(p, 1 << 20);
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.issues().size(), 1U);
+    EXPECT_EQ(e.issues()[0].path, "disagg.bandwidth_gbps");
+    EXPECT_NE(e.issues()[0].message.find("takes"), std::string::npos) << e.issues()[0].message;
+  }
+  p = disagg_preset("nixl");
+  p.hash_gbps = 1e-300;
+  EXPECT_THROW((void)FabricLinkModel(p, 1 << 20), ConfigError);
+  p = disagg_preset("nixl");
+  p.bandwidth_gbps = 1e-3;  // 1 MB/s: slow, but a block within the hour
+  const FabricLinkModel slow(p, 1 << 20);
+  EXPECT_LT(slow.transfer_ms(1), 3.6e6);
+  // The whole replay refuses it at construction, before any step.
+  ReplayParams params = pressure_params();
+  params.disagg = disagg_preset("nixl");
+  params.disagg.bandwidth_gbps = 1e-12;
+  EXPECT_THROW((void)run(generate_workload(params.workload, 5), params), ConfigError);
+}
+
 TEST(ReplayDisagg, AnIdealLinkIsNeverSlowerThanRecompute) {
   const ReplayParams off = pressure_params();
   const Workload w = generate_workload(off.workload, 5);

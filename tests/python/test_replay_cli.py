@@ -1,6 +1,7 @@
 """`meridian replay` as an operator runs it: the report contract of SPEC §4,
 determinism, bad input, and the plots made from its output."""
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -101,6 +102,45 @@ def test_bad_input_names_the_field(meridian_bin, tmp_path):
     result = replay(meridian_bin, tmp_path, "--policies", "vllm-fifo")
     assert result.returncode == 2  # a usage error
     assert 'unknown policy "vllm-fifo"' in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, params, needle",
+    [
+        # Issue 27: each value in range alone, the derived quantity not: the link read as infinitely
+        # fast (7,019 blocks offloaded, 0 % busy) and pacing silently stopped.
+        (["--disagg-fabric", "nixl", "--disagg-bandwidth-gbps", "1e-12"], None,
+         "--disagg-bandwidth-gbps: disagg.bandwidth_gbps = 1e-12 GB/s takes"),
+        ([], '[disagg]\nfabric = "nixl"\nhash_gbps = 1e-300\n', "disagg.hash_gbps = 1e-300 GB/s takes"),
+        (["--metrics-port", "0", "--realtime-factor", "1e-300"], None,
+         "--realtime-factor: 1e-300 paces a run of up to 86400 simulated seconds"),
+    ],
+)
+def test_derived_quantities_are_checked_before_the_run(meridian_bin, tmp_path, args, params, needle):
+    if params is not None:
+        (tmp_path / "p.toml").write_text(params)
+        args = [*args, "--params", tmp_path / "p.toml"]
+    result = replay(meridian_bin, tmp_path / "out", *args)
+    assert result.returncode in (1, 2)
+    assert needle in result.stderr, result.stderr
+    assert "replay started" not in result.stderr  # refused before any work
+    assert not (tmp_path / "out" / "ab-report.json").exists()
+
+
+def test_replay_reads_meridian_config_as_documented(meridian_bin, tmp_path, monkeypatch):
+    """docs/configuration.md: a wrong $MERIDIAN_CONFIG is an error; replay used the defaults."""
+    result = subprocess.run([str(meridian_bin), "replay", "--duration-s", "5", "--seeds", "1", "--out-dir",
+                             str(tmp_path)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "MERIDIAN_CONFIG": str(tmp_path / "absent.toml")})
+    assert result.returncode == 1
+    assert f"cannot read config file '{tmp_path / 'absent.toml'}'" in result.stderr
+    cfg = tmp_path / "m.toml"
+    cfg.write_text("[scheduler]\nmax_think_tokens = 4096\n")
+    result = subprocess.run([str(meridian_bin), "replay", "--duration-s", "5", "--seeds", "1", "--policies",
+                             "meridian", "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "MERIDIAN_CONFIG": str(cfg)})
+    assert result.returncode == 0, result.stderr
+    assert f"configuration loaded from {cfg}" in result.stderr
 
 
 def test_goodput_and_pareto_reports_and_plots(meridian_bin, tmp_path):
