@@ -210,6 +210,36 @@ void write_file(const fs::path& path, const std::string& text) {
   if (!out) throw Error(fmt::format("cannot write {}", path.string()));
 }
 
+// Every report path the run may write, checked before it starts (issue 27: a
+// blocked ab-report.json failed only after the whole run): the directory
+// takes a new file, and no report name is taken by something that is not a
+// writable regular file. Nothing is left behind.
+void check_out_dir(const fs::path& out_dir, const std::vector<PolicyKind>& policies) {
+  const fs::path probe = out_dir / ".meridian-write-probe";
+  {
+    std::ofstream out(probe);
+    if (!out)
+      throw Error(fmt::format("cannot write in {}: the reports could not be saved", out_dir.string()));
+  }
+  std::error_code ec;
+  fs::remove(probe, ec);
+  std::vector<fs::path> reports;
+  for (const char* name : {"ab-report.json", "ab-report.md", "goodput.json", "goodput.md", "pareto.json",
+                           "pareto.md", "load-sweep.json", "replay-params.toml", "workload.jsonl"}) {
+    reports.push_back(out_dir / name);
+  }
+  for (const PolicyKind p : policies) reports.push_back(out_dir / sim::to_string(p) / "report.json");
+  for (const fs::path& path : reports) {
+    if (!fs::exists(path, ec)) continue;
+    if (!fs::is_regular_file(path, ec)) {
+      throw Error(
+          fmt::format("cannot write {}: something that is not a file is in its place", path.string()));
+    }
+    std::ofstream out(path, std::ios::app);  // opened, not changed
+    if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+  }
+}
+
 // The study's progress through the bar, from whichever worker thread reports it.
 std::function<void(double)> progress_to(ProgressBar& bar) {
   return [&bar](double f) { bar.update(f); };
@@ -398,6 +428,7 @@ int run_replay_command(const ReplayCliOptions& o) {
   study.progress = progress_to(bar);
   const fs::path out_dir(o.out_dir);
   fs::create_directories(out_dir);
+  check_out_dir(out_dir, policies);
   if (vllm_best && !o.goodput) {  // its setting first: the goodput search over the settings
     bar.start(fmt::format("vllm-best: goodput of {} vLLM settings", sim::vllm_best_settings().size()));
     const sim::GoodputResult g = sim::find_goodput({PolicyKind::kVllmBest}, study);

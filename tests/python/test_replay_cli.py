@@ -127,6 +127,15 @@ def test_derived_quantities_are_checked_before_the_run(meridian_bin, tmp_path, a
     assert not (tmp_path / "out" / "ab-report.json").exists()
 
 
+def test_a_blocked_report_path_fails_before_the_run(meridian_bin, tmp_path):
+    """Issue 27: a blocked ab-report.json failed only after the whole run."""
+    (tmp_path / "ab-report.json").mkdir()
+    result = replay(meridian_bin, tmp_path, "--seeds", "1")
+    assert result.returncode == 1
+    assert f"cannot write {tmp_path / 'ab-report.json'}: something that is not a file is in its place" in result.stderr
+    assert "replay started" not in result.stderr
+
+
 def test_replay_reads_meridian_config_as_documented(meridian_bin, tmp_path, monkeypatch):
     """docs/configuration.md: a wrong $MERIDIAN_CONFIG is an error; replay used the defaults."""
     result = subprocess.run([str(meridian_bin), "replay", "--duration-s", "5", "--seeds", "1", "--out-dir",
