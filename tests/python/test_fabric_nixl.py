@@ -4,6 +4,8 @@ on loopback TCP (UCX_TLS=tcp,self UCX_NET_DEVICES=lo), metadata through files
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import fabric_rig
 import pytest
@@ -94,3 +96,24 @@ def test_dead_peer_is_unavailable_not_a_hang(tmp_path):
 def test_no_peer_is_unavailable(tmp_path):
     with pytest.raises(FabricUnavailable, match="remote_tier"):
         fabric_rig.fabric_class("nixl")(tmp_path, connect_timeout_s=0.2)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dir", "{file}"], "--dir {file}: is not a directory"),
+    (["--dir", "{tmp}/d", "--arena-bytes", "99999999999999999"],
+     "--arena-bytes 99999999999999999: cannot allocate an arena that large"),
+    (["--dir", "{tmp}/d", "--arena-bytes", "10"], "--arena-bytes 10 leaves no room for data"),
+    (["--dir", "{tmp}/d", "--arena-bytes", "-5"], "--arena-bytes must be > 0; got -5"),
+    (["--dir", "{tmp}/d", "--deadline-s", "nan"], "--deadline-s must be a finite number >= 0; got nan"),
+])
+def test_the_remote_tier_refuses_bad_input_in_one_line_with_exit_2(tmp_path, args, message):
+    """Issue 27: a --dir that is a file, or an arena it cannot map, ended in a traceback."""
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    fill = {"file": afile, "tmp": tmp_path}
+    cmd = [sys.executable, "-m", "meridian.disagg.remote_tier", "--fabric", "nixl",
+           *(a.format(**fill) for a in args)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert message.format(**fill) in result.stderr
+    assert "Traceback" not in result.stderr

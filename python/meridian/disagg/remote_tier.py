@@ -69,9 +69,12 @@ class RemoteTier:
         self.dir = directory
         self.data_offset = data_offset_for(fabric)
         if arena_bytes <= self.data_offset:
-            raise SystemExit(f"remote_tier: --arena-bytes {arena_bytes} leaves no room for data "
+            raise ValueError(f"--arena-bytes {arena_bytes} leaves no room for data "
                              f"(the {fabric} control area takes {self.data_offset} bytes)")
-        self.arena = np.zeros(arena_bytes, dtype=np.uint8)
+        try:
+            self.arena = np.zeros(arena_bytes, dtype=np.uint8)
+        except MemoryError:
+            raise ValueError(f"--arena-bytes {arena_bytes}: cannot allocate an arena that large") from None
         self.validate = _load_validator()
         self.regions: dict[int, dict] = {}
         self.counts = {"committed_batches": 0, "committed_frames": 0, "committed_bytes": 0,
@@ -214,9 +217,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-digests", action="store_true",
                         help="skip the SHA-256 of each committed region in status.json (benchmarks)")
     args = parser.parse_args(argv)
-    args.dir.mkdir(parents=True, exist_ok=True)
-    for stale in (PEER_FILE, STATUS_FILE, NIXL_PEER_META):  # a previous tier's files would mislead producers
-        (args.dir / stale).unlink(missing_ok=True)
+    # Bad input is one line and exit 2 (argparse's usage-error status), never a traceback.
+    if args.arena_bytes <= 0:
+        parser.error(f"--arena-bytes must be > 0; got {args.arena_bytes}")
+    if not args.deadline_s >= 0 or args.deadline_s == float("inf"):
+        parser.error(f"--deadline-s must be a finite number >= 0; got {args.deadline_s}")
+    if args.dir.exists() and not args.dir.is_dir():
+        parser.error(f"--dir {args.dir}: is not a directory")
+    try:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        for stale in (PEER_FILE, STATUS_FILE, NIXL_PEER_META):  # a previous tier's files would mislead producers
+            (args.dir / stale).unlink(missing_ok=True)
+    except OSError as e:
+        parser.error(f"--dir {args.dir}: {e.strerror or e}")
     stop = {"now": False}
 
     def request_stop(*_):
@@ -225,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     deadline = time.monotonic() + args.deadline_s if args.deadline_s > 0 else float("inf")
-    tier = RemoteTier(args.fabric, args.dir, args.arena_bytes, digests=not args.no_digests)
+    try:
+        tier = RemoteTier(args.fabric, args.dir, args.arena_bytes, digests=not args.no_digests)
+    except ValueError as e:
+        parser.error(str(e))
 
     def should_stop() -> bool:
         return stop["now"] or time.monotonic() >= deadline
