@@ -39,6 +39,7 @@ std::string_view to_string(ProbeDevice device) noexcept {
 }
 
 std::size_t LogitsView::bytes_read() const noexcept {
+  if (row_vocab.empty()) return rows * vocab_of(0) * dtype_size(dtype);
   std::size_t elements = 0;
   for (std::size_t r = 0; r < rows; ++r) elements += vocab_of(r);
   return elements * dtype_size(dtype);
@@ -53,7 +54,11 @@ void LogitsView::validate(std::span<const TokenId> end_think_ids, std::size_t ou
   if (out_rows < rows) {
     throw KernelError(fmt::format("logits: output holds {} rows, need {}", out_rows, rows));
   }
-  for (std::size_t r = 0; r < rows; ++r) {
+  // Without per-row vocab sizes every row is alike: checked once, so the cost
+  // is bounded by what the caller passed, not by a (strided) view's row count
+  // (issue 27: 2^40 rows scanned with the GIL held).
+  const std::size_t checked_rows = row_vocab.empty() ? 1 : rows;
+  for (std::size_t r = 0; r < checked_rows; ++r) {
     const std::size_t v = vocab_of(r);
     if (v == 0) throw KernelError(fmt::format("logits: row {} has vocab size 0", r));
     if (v > stride()) {

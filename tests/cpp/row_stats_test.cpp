@@ -52,6 +52,22 @@ void expect_matches(const RowStats& got, const RowStats& want, double tol) {
   expect_close(got.end_think_mass, want.end_think_mass, tol, "end_think_mass");
 }
 
+TEST(RowStats, ValidatingRowsAlikeIsOneCheckNotOnePerRow) {
+  // Issue 27: a view of 2^40 rows was checked row by row (hours with the GIL
+  // held). Without per-row vocab sizes every row is alike: one check, and a
+  // bad end id is still caught; bytes_read() needs no loop either.
+  const std::vector<float> row(16, 0.0F);
+  LogitsView v;
+  v.data = row.data();
+  v.rows = std::size_t{1} << 40;
+  v.vocab = 16;
+  const std::vector<TokenId> ok{3};
+  EXPECT_NO_THROW(v.validate(ok, v.rows));
+  EXPECT_EQ(v.bytes_read(), (std::size_t{1} << 40) * 16 * sizeof(float));
+  const std::vector<TokenId> outside{16};
+  EXPECT_THROW(v.validate(outside, v.rows), KernelError);
+}
+
 TEST(RowStats, UniformRowHasEntropyLnV) {
   for (const std::size_t v : {1UL, 7UL, 1000UL, 151936UL}) {
     const RowStats s = one_row(std::vector<float>(v, 0.5F), {0});

@@ -556,3 +556,21 @@ def test_cuda_matches_cpu_on_a_side_stream(dtype_name):
         EntropyProbe(backend="cpu").row_stats(device)
     with pytest.raises(ValueError, match="backend='cuda'"):
         EntropyProbe(backend="cuda").row_stats(host)
+
+
+def test_checking_a_view_costs_what_was_asked_not_its_row_count():
+    """Issue 27: row_stats(x, rows=[0]) on a strided view of 2^40 rows checked every row
+    with the GIL held (2^32 rows: 8 s, other threads starved). Rows alike are checked once.
+    Run in a child with a generous bound, so a regression fails instead of hanging."""
+    code = (
+        "import numpy as np\n"
+        "from meridian import EntropyProbe\n"
+        "p = EntropyProbe(think_end_token_ids=[3], backend='cpu')\n"
+        "base = np.zeros(16, np.float32)\n"
+        "x = np.lib.stride_tricks.as_strided(base, shape=(2**40, 16), strides=(64, 4))\n"
+        "s = p.row_stats(x, rows=[0])\n"
+        "assert abs(float(s['entropy'][0]) - float(np.log(16))) < 1e-5, s\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
