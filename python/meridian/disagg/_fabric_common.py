@@ -116,7 +116,30 @@ def wait_for_peer(directory: pathlib.Path, fabric: str, timeout_s: float) -> Pee
     if not 0 < info.data_offset < info.arena_bytes:
         raise FabricUnavailable(f"{path}: data_offset {info.data_offset} is outside the arena "
                                 f"({info.arena_bytes} bytes)")
+    if fabric == "mooncake":
+        problem = session_problem(info.session)
+        if problem:
+            raise FabricUnavailable(f"{path}: session {problem}")
     return info
+
+
+def session_problem(session: str) -> str:
+    """What is wrong with a Mooncake session id "host:port" ('' when valid): the
+    host is an IPv4/IPv6 address (as meridian.canonical_listen_host takes it;
+    an IPv6 one in brackets), the port 1..65535. A peer file is untrusted: a
+    malformed id must not reach the transfer engine as something else."""
+    from meridian._meridian import canonical_listen_host
+
+    host, sep, port = session.rpartition(":")
+    if not sep or not host:
+        return f"must be host:port; got {session!r}"
+    if not port.isdigit() or not 0 < int(port) <= 65535:
+        return f"has port {port!r}: it must be a number in 1..65535; got {session!r}"
+    if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
+        return f"must put an IPv6 host in brackets; got {session!r}"
+    if host == "localhost" or not canonical_listen_host(host):
+        return f"must name its host by a valid numeric IPv4 or IPv6 address; got {session!r}"
+    return ""
 
 
 _live_claims: set[str] = set()  # owners in this process that hold a producer lock
