@@ -71,7 +71,7 @@ BENCHMARK(BM_PrometheusCppHistogramObserve)->Threads(1)->Threads(2)->UseRealTime
 void BM_RegistryCounterAdd(benchmark::State& state) {
   MetricRegistry& registry = shared_registry();
   for (auto _ : state) {
-    registry.add(MetricId::kBudgetForceTriggered, 1, {2});
+    registry.add(MetricId::kBudgetForceReason, 1, {2});
   }
   state.SetItemsProcessed(state.iterations());
 }

@@ -11,6 +11,14 @@
 // unregisters such collectors at start-up). Renaming a metric is a breaking
 // change (CHANGELOG).
 //
+// Every metric of the original project's catalog is exported under the name
+// its naming rule gives (`meridian.x.y` -> `meridian_x_y`, counters `_total`)
+// with its labels (tests/data/seed_metric_catalog.txt, checked by
+// tests/python/test_seed_metric_names.py). One of them breaks the base-unit
+// convention: meridian_schedule_batch_duration_ns (nanoseconds) is exported
+// beside meridian_schedule_batch_duration_seconds, both from the same
+// observations.
+//
 // Thread-safety: immutable static data; every function is safe from any thread.
 #pragma once
 #include <cstddef>
@@ -49,7 +57,8 @@ enum class MetricId : std::uint16_t {
   // PhaseRouter
   kTrackedRequests = 0,
   kPhaseTransitions,
-  kBudgetForceTriggered,
+  kBudgetForceTriggered,  ///< no labels: the sum over reasons
+  kBudgetForceReason,     ///< {reason}: indices = ForceReason
   kBudgetForceReissued,
   kBudgetForcedExits,
   kThinkTokensPerRequest,
@@ -59,7 +68,8 @@ enum class MetricId : std::uint16_t {
   // DualQueueScheduler
   kQueueDepth,
   kSchedulerBatchSize,
-  kScheduleBatchDuration,
+  kScheduleBatchDuration,    ///< seconds (Prometheus base unit)
+  kScheduleBatchDurationNs,  ///< the same observations in nanoseconds (the original catalog's name)
   kSchedulerPredictedStep,
   kSchedulerSteps,
   kSchedulerScheduledTokens,
@@ -77,7 +87,7 @@ enum class MetricId : std::uint16_t {
   kBlockManagerLiveBlocks,
   kBlockManagerCachedBlocks,
   kBlockManagerEvictions,
-  kOutputCriticalEvictions,
+  kOutputCriticalEviction,
   kPrefixCacheHitBlocks,
   kPrefixCacheLookupBlocks,
   // Per request, from the engine (replay simulator or the vLLM adapter)

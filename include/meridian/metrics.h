@@ -122,7 +122,8 @@ class EngineMetrics {
   /// (the manager's, which adds allocate()'s lazy offloads) and never twice.
   void sync_offload(const KvOffloadCounters& offload, std::string_view fabric);
   /// One planned step: queue depths, batch sizes, predicted step time, and
-  /// the scheduler's CPU time for the step.
+  /// the scheduler's CPU time for the step (observed in both
+  /// schedule_batch_duration histograms: seconds and nanoseconds).
   void record_step(const StepStats& stats, double schedule_seconds);
   /// A phase event from the router (exit_think observes think tokens per request).
   void record_event(const PhaseEvent& event);

@@ -46,6 +46,9 @@ constexpr std::array<double, 10> kThinkTokenBuckets = {64,   128,  256,  512,   
 constexpr std::array<double, 11> kBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
 constexpr std::array<double, 11> kSchedulerCpuBuckets = {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
                                                          1e-3, 2.5e-3, 5e-3, 1e-2, 1e-1};
+// The same range in nanoseconds (1 us to 100 ms) for the original catalog's duration_ns name.
+constexpr std::array<double, 14> kSchedulerCpuNsBuckets = {1e3,   2.5e3, 5e3, 1e4,   2.5e4, 5e4, 1e5,
+                                                           2.5e5, 5e5,   1e6, 2.5e6, 5e6,   1e7, 1e8};
 constexpr std::array<double, 13> kStepBuckets = {0.005, 0.01,  0.015, 0.02, 0.025, 0.03, 0.04,
                                                  0.05,  0.075, 0.1,   0.25, 0.5,   1};
 constexpr std::array<double, 14> kLatencyBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
@@ -80,6 +83,15 @@ constexpr std::array<MetricSpec, kMetricCount> kCatalog = {{
      "No enter_think with reasoning traffic: phase detection is off (runbook: every request looks "
      "single-phase)."},
     {"meridian_budget_force_triggered_total",
+     kCounter,
+     "events",
+     {},
+     {},
+     "Forced ends of thinking announced (the first time per think block), all reasons: the sum of "
+     "budget_force_reason_total.",
+     "PhaseRouter::counters().forces_issued",
+     "Flat while think queues grow: the entropy probe never converges (check eat_ema_variance_threshold)."},
+    {"meridian_budget_force_reason_total",
      kCounter,
      "events",
      kReasonLabel,
@@ -159,6 +171,18 @@ constexpr std::array<MetricSpec, kMetricCount> kCatalog = {{
      "Scheduler CPU time per step (plan and completion).",
      "DualQueueScheduler schedule() + complete_step()",
      "P99 above 1 ms under steady load is unexpected: file an issue with a CPU profile."},
+    // The original catalog's name and unit (meridian.schedule_batch.duration_ns), fed from the same
+    // observations as the _seconds histogram above, which follows Prometheus's base-unit convention:
+    // dashboards written for either keep working.
+    {"meridian_schedule_batch_duration_ns",
+     kHistogram,
+     "nanoseconds",
+     {},
+     kSchedulerCpuNsBuckets,
+     "Scheduler CPU time per step in nanoseconds (the original catalog's name; same observations as "
+     "meridian_schedule_batch_duration_seconds).",
+     "DualQueueScheduler schedule() + complete_step()",
+     "P99 above 1e6 (1 ms) under steady load is unexpected: file an issue with a CPU profile."},
     {"meridian_scheduler_predicted_step_seconds",
      kHistogram,
      "seconds",
@@ -291,7 +315,7 @@ constexpr std::array<MetricSpec, kMetricCount> kCatalog = {{
      "Blocks reclaimed from each tier (cached reuse, offload, preemption release, aggressive drop).",
      "KvBlockManager::counters().evictions()",
      "Any tier=output_critical increase is user-visible (runbook: output-critical evictions)."},
-    {"meridian_output_critical_evictions_total",
+    {"meridian_output_critical_eviction_total",
      kCounter,
      "events",
      {},

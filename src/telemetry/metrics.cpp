@@ -229,10 +229,13 @@ void EngineMetrics::sync(const PhaseRouter& router) {
   r.set(MetricId::kTrackedRequests, as_double(router.tracked()));
   r.set(MetricId::kPhaseTransitions, as_double(c.enter_think), {0});
   r.set(MetricId::kPhaseTransitions, as_double(c.exit_think), {1});
+  std::uint64_t forces = 0;
   for (std::size_t reason = 0; reason < c.forces_issued.size(); ++reason) {
-    r.set(MetricId::kBudgetForceTriggered, as_double(c.forces_issued[reason]),
+    r.set(MetricId::kBudgetForceReason, as_double(c.forces_issued[reason]),
           {static_cast<std::uint8_t>(reason)});
+    forces += c.forces_issued[reason];
   }
+  r.set(MetricId::kBudgetForceTriggered, as_double(forces));
   r.set(MetricId::kBudgetForceReissued, as_double(c.forces_reissued));
   r.set(MetricId::kBudgetForcedExits, as_double(c.forced_exits));
   r.set(MetricId::kRequestsCompleted, as_double(c.completed), {0});
@@ -278,7 +281,7 @@ void EngineMetrics::sync(const KvBlockManager& kv, std::string_view fabric) {
     r.set(MetricId::kBlockManagerEvictions, as_double(c.evictions(static_cast<BlockTier>(tier))), {tier});
     offloaded += c.offloaded_live[tier];
   }
-  r.set(MetricId::kOutputCriticalEvictions, as_double(c.output_critical_eviction_events));
+  r.set(MetricId::kOutputCriticalEviction, as_double(c.output_critical_eviction_events));
   r.set(MetricId::kPrefixCacheHitBlocks, as_double(c.prefix_hit_blocks));
   r.set(MetricId::kPrefixCacheLookupBlocks, as_double(c.prefix_lookup_blocks));
   if (const auto fabric_index = label_value_index(spec(MetricId::kDisaggBlocksOffloaded), 0, fabric)) {
@@ -318,7 +321,10 @@ void EngineMetrics::record_step(const StepStats& stats, double schedule_seconds)
   if (stats.predicted_step_ms > 0) {
     r.observe(MetricId::kSchedulerPredictedStep, stats.predicted_step_ms / 1000.0);
   }
-  if (schedule_seconds >= 0) r.observe(MetricId::kScheduleBatchDuration, schedule_seconds);
+  if (schedule_seconds >= 0) {
+    r.observe(MetricId::kScheduleBatchDuration, schedule_seconds);
+    r.observe(MetricId::kScheduleBatchDurationNs, schedule_seconds * 1e9);
+  }
 }
 
 void EngineMetrics::record_event(const PhaseEvent& event) {

@@ -80,9 +80,10 @@ TEST(TelemetryFeed, RouterCountersMoveWithTheirEvents) {
   EXPECT_EQ(registry.value(MetricId::kTrackedRequests), 0);
   EXPECT_EQ(registry.value(MetricId::kPhaseTransitions, {0}), 2);
   EXPECT_EQ(registry.value(MetricId::kPhaseTransitions, {1}), 2);
-  EXPECT_EQ(registry.value(MetricId::kBudgetForceTriggered, {idx(ForceReason::kConverged)}), 1);
-  EXPECT_EQ(registry.value(MetricId::kBudgetForceTriggered, {idx(ForceReason::kHardCap)}), 1);
-  EXPECT_EQ(registry.value(MetricId::kBudgetForceTriggered, {idx(ForceReason::kOverthinking)}), 0);
+  EXPECT_EQ(registry.value(MetricId::kBudgetForceReason, {idx(ForceReason::kConverged)}), 1);
+  EXPECT_EQ(registry.value(MetricId::kBudgetForceReason, {idx(ForceReason::kHardCap)}), 1);
+  EXPECT_EQ(registry.value(MetricId::kBudgetForceReason, {idx(ForceReason::kOverthinking)}), 0);
+  EXPECT_EQ(registry.value(MetricId::kBudgetForceTriggered), 2);  // one series: the sum over reasons
   EXPECT_GE(registry.value(MetricId::kBudgetForceReissued), 1);
   EXPECT_EQ(registry.value(MetricId::kBudgetForceReissued), static_cast<double>(c.forces_reissued));
   EXPECT_EQ(registry.value(MetricId::kBudgetForcedExits), 2);
@@ -140,6 +141,7 @@ TEST(TelemetryFeed, SchedulerStepsQueuesBatchesAndPreemptionsByPhaseAndMode) {
   EXPECT_EQ(registry.value(MetricId::kSchedulerBatchSize, {kThink}), 1);  // only the step that decoded
   EXPECT_EQ(registry.value(MetricId::kSchedulerPredictedStep), 3);
   EXPECT_EQ(registry.value(MetricId::kScheduleBatchDuration), 3);
+  EXPECT_EQ(registry.value(MetricId::kScheduleBatchDurationNs), 3);  // the same observations, in ns
 
   // Answer-phase victims are swapped.
   SchedulerRig answers(trace_options(400), kCost);
@@ -220,7 +222,7 @@ TEST(TelemetryFeed, BlockManagerUsageEvictionsAndPrefixCache) {
   ASSERT_TRUE(kv.allocate(2, BlockTier::kOutputCritical, 1).ok());
   kv.release(2, ReleaseKind::kSwap, /*answer_phase=*/true);  // an answer-phase victim: user-visible
   metrics.sync(kv);
-  EXPECT_EQ(registry.value(MetricId::kOutputCriticalEvictions), 1);
+  EXPECT_EQ(registry.value(MetricId::kOutputCriticalEviction), 1);
   EXPECT_EQ(registry.value(MetricId::kBlockManagerEvictions, {idx(BlockTier::kOutputCritical)}), 3);
   EXPECT_EQ(registry.value(MetricId::kBlockManagerUsedBytes), 0);
 
@@ -304,6 +306,31 @@ TEST(TelemetryFeed, RequestTimesAndSloOutcomes) {
   EXPECT_EQ(registry.value(MetricId::kOutputItl), 1);
   EXPECT_EQ(registry.value(MetricId::kSloRequests, {0}), 1);
   EXPECT_EQ(registry.value(MetricId::kSloRequests, {1}), 2);
+}
+
+// The original catalog's meridian_schedule_batch_duration_ns and the base-unit
+// _seconds histogram hold the same observations, in their own units.
+TEST(TelemetryFeed, ScheduleDurationIsObservedInSecondsAndNanoseconds) {
+  MetricRegistry registry;
+  EngineMetrics metrics(registry);
+  metrics.record_step(StepStats{}, 2e-6);  // 2 us: the 2.5 us bucket
+  metrics.record_step(StepStats{}, 3e-4);  // 300 us: the 500 us bucket
+  metrics.record_step(StepStats{}, -1.0);  // no measurement: neither
+  const auto snap = registry.snapshot();
+  const SeriesSnapshot& s = snap[static_cast<std::size_t>(MetricId::kScheduleBatchDuration)].series.at(0);
+  const SeriesSnapshot& ns = snap[static_cast<std::size_t>(MetricId::kScheduleBatchDurationNs)].series.at(0);
+  EXPECT_EQ(s.count, 2U);
+  EXPECT_EQ(ns.count, 2U);
+  EXPECT_NEAR(ns.sum, s.sum * 1e9, 1e-6);
+  EXPECT_NEAR(ns.sum, 302'000.0, 1e-6);
+  const auto bounds = spec(MetricId::kScheduleBatchDurationNs).buckets;
+  ASSERT_EQ(ns.bucket_counts.size(), bounds.size() + 1);
+  for (std::size_t b = 0; b < bounds.size(); ++b) {
+    const std::uint64_t wanted = bounds[b] == 2.5e3 || bounds[b] == 5e5 ? 1 : 0;
+    EXPECT_EQ(ns.bucket_counts[b], wanted) << "le=" << bounds[b];
+  }
+  EXPECT_EQ(ns.bucket_counts.back(), 0U);
+  EXPECT_EQ(registry.misuse_count(), 0U);
 }
 
 TEST(TelemetryFeed, EveryCatalogMetricIsInTheSnapshotWithItsTypeAndLabels) {

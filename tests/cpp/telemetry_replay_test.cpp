@@ -71,11 +71,12 @@ TEST(TelemetryReplay, LiveMetricsMatchTheReportAndObservingChangesNothing) {
   const char* const reasons[] = {"forced_converged_pct", "forced_overthinking_pct", "forced_hard_cap_pct"};
   double forces = 0;
   for (std::uint8_t reason = 0; reason < 3; ++reason) {
-    const double issued = registry.value(MetricId::kBudgetForceTriggered, {reason});
+    const double issued = registry.value(MetricId::kBudgetForceReason, {reason});
     EXPECT_EQ(issued > 0, r.metric(reasons[reason]) > 0) << reasons[reason];
     forces += issued;
   }
   EXPECT_GT(forces, 0);
+  EXPECT_EQ(registry.value(MetricId::kBudgetForceTriggered), forces);
   // KV and preemption counters equal the report's.
   double preemptions = 0;
   for (std::uint8_t phase = 0; phase < 2; ++phase) {
@@ -86,7 +87,7 @@ TEST(TelemetryReplay, LiveMetricsMatchTheReportAndObservingChangesNothing) {
   EXPECT_EQ(registry.value(MetricId::kBlockManagerEvictions, {0}), r.metric("evictions_think_complete"));
   EXPECT_EQ(registry.value(MetricId::kBlockManagerEvictions, {1}), r.metric("evictions_think_active"));
   EXPECT_EQ(registry.value(MetricId::kBlockManagerEvictions, {2}), r.metric("evictions_output_critical"));
-  EXPECT_EQ(registry.value(MetricId::kOutputCriticalEvictions), r.metric("output_critical_eviction_events"));
+  EXPECT_EQ(registry.value(MetricId::kOutputCriticalEviction), r.metric("output_critical_eviction_events"));
   EXPECT_EQ(registry.misuse_count(), 0U);
 }
 

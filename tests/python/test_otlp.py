@@ -139,7 +139,8 @@ def test_every_catalog_metric_with_its_otlp_type_labels_and_values(exported):
     for entry in catalog:
         metric = got[entry["name"]]
         assert metric.description == entry["help"]
-        assert metric.unit == {"seconds": "s", "bytes": "By"}.get(entry["unit"], "{" + entry["unit"] + "}")
+        ucum = {"seconds": "s", "nanoseconds": "ns", "bytes": "By"}
+        assert metric.unit == ucum.get(entry["unit"], "{" + entry["unit"] + "}")
         kind = metric.WhichOneof("data")
         if entry["type"] == "counter":
             assert kind == "sum", entry["name"]
@@ -189,7 +190,8 @@ def test_counters_and_histograms_moved_with_the_run(exported):
     assert value("meridian_scheduler_steps_total") == len(steps)
     assert value("meridian_phase_transitions_total", kind="enter_think") == 2
     assert value("meridian_phase_transitions_total", kind="exit_think") == 2
-    assert value("meridian_budget_force_triggered_total", reason="hard_cap") == 1
+    assert value("meridian_budget_force_reason_total", reason="hard_cap") == 1
+    assert value("meridian_budget_force_triggered_total") == 1
     assert value("meridian_think_tokens_per_request") == 2
     assert value("meridian_requests_completed_total", how="eos") == 3
     assert value("meridian_request_e2e_seconds") == 3

@@ -106,7 +106,8 @@ def test_engine_metrics_feeds_from_the_real_router_scheduler_and_block_manager()
     metrics.sync_router(router)
     assert registry.value("meridian_phase_transitions_total", ("enter_think",)) == 1
     assert registry.value("meridian_phase_transitions_total", ("exit_think",)) == 1
-    assert registry.value("meridian_budget_force_triggered_total", ("hard_cap",)) == 1
+    assert registry.value("meridian_budget_force_reason_total", ("hard_cap",)) == 1
+    assert registry.value("meridian_budget_force_triggered_total") == 1
     assert registry.value("meridian_requests_completed_total", ("eos",)) == 1
     assert registry.value("meridian_think_tokens_per_request") == 1
 
@@ -129,6 +130,7 @@ def test_engine_metrics_feeds_from_the_real_router_scheduler_and_block_manager()
     assert registry.value("meridian_scheduler_batch_size", ("prefill",)) == 1
     assert sched.counters.preemptions_by_phase == [[0, 0, 0], [0, 0, 0]]
     assert registry.value("meridian_schedule_batch_duration_seconds") == 1
+    assert registry.value("meridian_schedule_batch_duration_ns") == 1
     assert registry.value("meridian_block_manager_used_bytes") > 0
     assert registry.value("meridian_block_manager_capacity_bytes") == num_blocks * cfg.kv_memory.block_size_bytes
     with pytest.raises(ValueError, match="carrier-pigeon"):

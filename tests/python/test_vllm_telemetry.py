@@ -67,6 +67,7 @@ def test_requests_phases_and_steps_are_counted(tmp_path, monkeypatch):
     assert sum(reg.value("meridian_slo_requests_total", (o,)) for o in ("met", "missed")) == 3
     assert reg.value("meridian_scheduler_steps_total") == m.core.counters.steps > 0
     assert reg.value("meridian_schedule_batch_duration_seconds") == m.core.counters.steps
+    assert reg.value("meridian_schedule_batch_duration_ns") == m.core.counters.steps
     assert reg.value("meridian_phase_router_tracked_requests") == 0
     assert reg.value("meridian_requests_completed_total", ("eos",)) + reg.value(
         "meridian_requests_completed_total", ("ended",)) == 3
@@ -181,7 +182,8 @@ def test_logits_processor_forces_and_fallbacks_reach_the_engines_registry(tmp_pa
         run.step()
     assert END_THINK in out  # forced at the cap of 4
     sched.meridian.telemetry.maybe_sync(sched.meridian, sched, force=True)
-    assert reg.value("meridian_budget_force_triggered_total", ("hard_cap",)) == 1
+    assert reg.value("meridian_budget_force_reason_total", ("hard_cap",)) == 1
+    assert reg.value("meridian_budget_force_triggered_total") == 1  # one series: every reason
     assert reg.value("meridian_budget_forced_exits_total") == 1
 
     class BrokenProbe:

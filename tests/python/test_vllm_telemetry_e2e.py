@@ -79,7 +79,8 @@ def check_moved(s: dict, *, forcing: bool) -> None:
         ("meridian_phase_router_tracked_requests", ()): 0,
     }
     if forcing:
-        exact[("meridian_budget_force_triggered_total", (("reason", "hard_cap"),))] = N_REQUESTS
+        exact[("meridian_budget_force_reason_total", (("reason", "hard_cap"),))] = N_REQUESTS
+        exact[("meridian_budget_force_triggered_total", ())] = N_REQUESTS
         exact[("meridian_failsafe_fallbacks_total", (("component", "logits_processor"),))] = 0
     wrong = {k: (value(s, k[0], **dict(k[1])), v) for k, v in exact.items() if value(s, k[0], **dict(k[1])) != v}
     slo = sum(value(s, "meridian_slo_requests_total", outcome=o) for o in ("met", "missed"))
@@ -87,6 +88,7 @@ def check_moved(s: dict, *, forcing: bool) -> None:
         wrong["slo met + missed"] = (slo, N_REQUESTS)
     for name, low in (("meridian_scheduler_steps_total", MAX_TOKENS - 1),
                       ("meridian_schedule_batch_duration_seconds_count", MAX_TOKENS - 1),
+                      ("meridian_schedule_batch_duration_ns_count", MAX_TOKENS - 1),
                       ("meridian_request_e2e_seconds_sum", 1e-9), ("meridian_block_manager_capacity_bytes", 1)):
         if value(s, name) < low:
             wrong[name] = (value(s, name), f">= {low}")

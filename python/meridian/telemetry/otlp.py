@@ -92,7 +92,7 @@ _SCOPE_NAME = "meridian"
 
 # Catalog units as UCUM (what OTLP consumers expect); unknown ones become an
 # annotation ("{events}"), which UCUM reads as dimensionless.
-_UCUM = {"seconds": "s", "bytes": "By"}
+_UCUM = {"seconds": "s", "nanoseconds": "ns", "bytes": "By"}
 
 # StepStats field -> span attribute. Depths and batch sizes by phase are what
 # an operator correlates with a slow step; predicted_step_ms is the

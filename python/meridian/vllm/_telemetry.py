@@ -219,7 +219,8 @@ class LpReporter:
         for reason, n in counters.forced.items():
             delta = n - self.sent_forced.get(reason, 0)
             if delta > 0:
-                registry.add("meridian_budget_force_triggered_total", delta, (reason,))
+                registry.add("meridian_budget_force_reason_total", delta, (reason,))
+                registry.add("meridian_budget_force_triggered_total", delta)  # all reasons: one series
             self.sent_forced[reason] = n
         if counters.forced_landed > self.sent_landed:
             registry.add("meridian_budget_forced_exits_total", counters.forced_landed - self.sent_landed)
