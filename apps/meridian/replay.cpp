@@ -218,8 +218,9 @@ void check_out_dir(const fs::path& out_dir, const std::vector<PolicyKind>& polic
   const fs::path probe = out_dir / ".meridian-write-probe";
   {
     std::ofstream out(probe);
-    if (!out)
+    if (!out) {
       throw Error(fmt::format("cannot write in {}: the reports could not be saved", out_dir.string()));
+    }
   }
   std::error_code ec;
   fs::remove(probe, ec);

@@ -53,8 +53,9 @@ std::string otlp_endpoint_problem(std::string_view endpoint) {
   } else {
     return "must be an http:// or https:// URL such as http://localhost:4318" + got();
   }
-  if (endpoint.find_first_of(" \t\r\n") != std::string_view::npos)
+  if (endpoint.find_first_of(" \t\r\n") != std::string_view::npos) {
     return "must not contain whitespace" + got();
+  }
   if (rest.find_first_of("?#") != std::string_view::npos) return "must not have a query or fragment" + got();
   const std::size_t slash = rest.find('/');
   const std::string_view authority = rest.substr(0, slash);
