@@ -247,7 +247,9 @@ class KvBlockManager {
   /// Commit of an offload: `blocks` (pinned for `request`, refs[i] says where
   /// blocks[i] went) leave the pool and become remote entries in place.
   /// Throws InvalidArgument on a size mismatch, a block not pinned by the
-  /// request, or a ref whose tier differs from the block's; nothing changes then.
+  /// request, a ref whose tier differs from the block's, frames of a handle
+  /// that are not 0..n-1 each once, or a handle the request already holds
+  /// remote blocks under; nothing changes then.
   void mark_remote(RequestId request, std::span<const BlockId> blocks, std::span<const RemoteBlockRef> refs);
   /// The request's blocks in logical order, local and remote (empty if none).
   [[nodiscard]] std::vector<BlockLocation> block_locations(RequestId request) const;

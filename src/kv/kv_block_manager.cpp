@@ -539,6 +539,32 @@ void KvBlockManager::mark_remote(RequestId request, std::span<const BlockId> blo
       throw InvalidArgument(fmt::format("KvBlockManager::mark_remote: block {} given twice", b));
     }
   }
+  // One commit per fabric handle: its frames are 0..n-1, each once, and the
+  // request holds nothing under it yet. Otherwise restore_remote() would put
+  // one frame in two slots and leak another (check_invariants() only saw it
+  // afterwards).
+  const std::vector<std::uint64_t> used = remote_handles(request);
+  absl::flat_hash_map<std::uint64_t, std::vector<std::uint8_t>> frames;
+  for (const RemoteBlockRef& ref : refs) frames[ref.handle];
+  for (auto& [handle, seen] : frames) {
+    if (std::find(used.begin(), used.end(), handle) != used.end()) {
+      throw InvalidArgument(
+          fmt::format("KvBlockManager::mark_remote: request {} already holds remote blocks under handle {}",
+                      request, handle));
+    }
+    std::size_t count = 0;
+    for (const RemoteBlockRef& ref : refs) count += ref.handle == handle ? 1 : 0;
+    seen.assign(count, 0);
+  }
+  for (const RemoteBlockRef& ref : refs) {
+    std::vector<std::uint8_t>& seen = frames[ref.handle];
+    if (ref.frame >= seen.size() || seen[ref.frame]++ != 0) {
+      throw InvalidArgument(
+          fmt::format("KvBlockManager::mark_remote: handle {}'s frames must be 0..{}, each "
+                      "once; got frame {}",
+                      ref.handle, seen.size() - 1, ref.frame));
+    }
+  }
   std::vector<Impl::Slot> slots = m.logical(request);
   for (Impl::Slot& slot : slots) {
     if (slot.remote) continue;

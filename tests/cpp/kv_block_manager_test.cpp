@@ -180,6 +180,37 @@ TEST(KvBlockManager, APrefixAttachesOnceBeforeTheRequestsOwnBlocks) {
   EXPECT_EQ(m.check_invariants(), "");
 }
 
+TEST(KvBlockManager, ARemoteCommitIsOneHandlesFramesEachOnce) {
+  // Issue 27: duplicate or gapped frames, or a handle reused, were accepted and
+  // only check_invariants() saw them afterwards; restore_remote() would then put
+  // one frame in two slots and leak another.
+  KvBlockManagerOptions o = options(8);
+  o.fabric_offload = true;
+  KvBlockManager m(o);
+  ASSERT_TRUE(m.allocate(1, BlockTier::kThinkActive, 3).ok());
+  const auto owned = m.blocks_of(1);
+  const std::vector<BlockId> blocks(owned.begin(), owned.end());
+  m.pin(1, blocks, 7);
+  const KvBlockUsage before = m.usage();
+  const auto ref = [](std::uint64_t handle, std::uint32_t frame) {
+    return RemoteBlockRef{handle, frame, BlockTier::kThinkActive};
+  };
+  const std::vector<RemoteBlockRef> twice{ref(5, 0), ref(5, 0), ref(5, 1)};
+  EXPECT_THROW(m.mark_remote(1, blocks, twice), InvalidArgument);
+  const std::vector<RemoteBlockRef> gap{ref(5, 0), ref(5, 1), ref(5, 3)};
+  EXPECT_THROW(m.mark_remote(1, blocks, gap), InvalidArgument);
+  EXPECT_EQ(m.usage().free_blocks, before.free_blocks);  // nothing freed by a refused commit
+  EXPECT_EQ(m.block_locations(1).size(), 3U);
+  EXPECT_EQ(m.check_invariants(), "");
+  const std::vector<BlockId> first(blocks.begin(), blocks.begin() + 2);
+  m.mark_remote(1, first, std::vector<RemoteBlockRef>{ref(5, 0), ref(5, 1)});
+  const std::vector<BlockId> last{blocks[2]};
+  EXPECT_THROW(m.mark_remote(1, last, std::vector<RemoteBlockRef>{ref(5, 2)}), InvalidArgument);  // reused
+  m.mark_remote(1, last, std::vector<RemoteBlockRef>{ref(6, 0)});
+  EXPECT_EQ(m.block_locations(1).size(), 3U);
+  EXPECT_EQ(m.check_invariants(), "");
+}
+
 TEST(KvBlockManager, ThinkShareIsSoftThinkKvMayUseTheWholePool) {
   KvBlockManager m(options(10, 0.3));  // a share of 3 ThinkActive blocks
   EXPECT_EQ(m.usage().think_block_limit, 3U);
