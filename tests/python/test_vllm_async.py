@@ -5,6 +5,8 @@ exact, held requests stay preemptable, answers are never victims while think
 requests hold KV, and the core learns from what vLLM ran."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 vllm_rig = pytest.importorskip("vllm_rig", reason="needs the vLLM package (make setup installs it)")
@@ -57,6 +59,10 @@ def run_two_in_flight(sched, tokens: dict[str, list[int]], max_steps: int = 3000
         out, outputs = stepper.step()
         per_step.append(set(out.num_scheduled_tokens))
         collect(outputs, delivered)
+        if not out.total_num_scheduled_tokens:
+            # Nothing could run (a grammar still compiling in vLLM's thread pool): an engine's
+            # loop lets wall time pass here; 1,500 empty steps can outrun the compile.
+            time.sleep(0.001)
     stepper.drain()
     assert not sched.requests, "every request finished"
     return delivered, per_step
@@ -433,6 +439,18 @@ def test_structured_output_requests_are_held_and_their_grammar_sees_exact_tokens
     assert stats["throttled_decodes"] > 0 and stats["fallbacks"] == 0
 
 
+def thinking(sched, n: int, think_len: int) -> TwoInFlight:
+    """`n` think requests (16-token prompts) decoding two steps in flight,
+    8 steps in: the steady state the prefill-estimate tests start from."""
+    tokens = {f"t{i}": [THINK] + [WORD] * think_len for i in range(n)}
+    for i in range(n):
+        sched.add_request(request(f"t{i}", prompt(16, i)))
+    stepper = TwoInFlight(sched, script(tokens))
+    for _ in range(8):
+        stepper.step()
+    return stepper
+
+
 def test_a_waiting_prompt_takes_the_prefill_budget_before_optional_think(tmp_path, monkeypatch):
     """ADR-0025 inside vLLM: the core does not track a prompt before its first
     token, so the adapter tells it what vLLM will prefill (the waiting prompts,
@@ -441,12 +459,7 @@ def test_a_waiting_prompt_takes_the_prefill_budget_before_optional_think(tmp_pat
     slow_model_config(tmp_path, monkeypatch)
     sched = build(Scheduler)
     m = sched.meridian
-    tokens = {f"t{i}": [THINK] + [WORD] * 400 for i in range(6)}
-    for i in range(6):
-        sched.add_request(request(f"t{i}", prompt(16, i)))
-    stepper = TwoInFlight(sched, script(tokens))
-    for _ in range(8):
-        stepper.step()
+    stepper = thinking(sched, 6, 400)
     assert m.core.last_stats.engine_prefill_tokens == 0  # nothing waits
     held_before = m.stats["throttled_decodes"]
     sched.add_request(request("long", prompt(600, 99)))
@@ -468,12 +481,7 @@ def test_a_waiting_prompt_vllm_cannot_admit_holds_no_think_decode(tmp_path, monk
     slow_model_config(tmp_path, monkeypatch)
     sched = build(Scheduler, num_blocks=100)  # 1,600 tokens
     m = sched.meridian
-    tokens = {f"t{i}": [THINK] + [WORD] * 150 for i in range(4)}
-    for i in range(4):
-        sched.add_request(request(f"t{i}", prompt(16, i)))
-    stepper = TwoInFlight(sched, script(tokens))
-    for _ in range(8):
-        stepper.step()
+    stepper = thinking(sched, 4, 150)
     assert sched.scheduler_reserve_full_isl  # vLLM's default
     held_before = m.stats["throttled_decodes"]
     sched.add_request(request("long", prompt(1500, 99)))  # 94 blocks: more than are free
@@ -501,12 +509,7 @@ def test_a_request_vllm_skips_this_step_holds_no_think_decode(tmp_path, monkeypa
     slow_model_config(tmp_path, monkeypatch)
     sched = build(Scheduler)
     m = sched.meridian
-    tokens = {f"t{i}": [THINK] + [WORD] * 150 for i in range(4)}
-    for i in range(4):
-        sched.add_request(request(f"t{i}", prompt(16, i)))
-    stepper = TwoInFlight(sched, script(tokens))
-    for _ in range(8):
-        stepper.step()
+    stepper = thinking(sched, 4, 150)
     held_before = m.stats["throttled_decodes"]
     params = SamplingParams(max_tokens=20, structured_outputs=StructuredOutputsParams(regex="[ab]+"))
     params.structured_outputs._backend = "xgrammar"
