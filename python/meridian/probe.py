@@ -104,6 +104,14 @@ def _check_ema_alpha(ema_alpha: float | None) -> float | None:
     return value
 
 
+def _slot_is_set(probe: EntropyProbe) -> bool:
+    try:
+        object.__getattribute__(probe, "_core")
+    except AttributeError:
+        return False
+    return True
+
+
 class EntropyProbe:
     """Entropy signals and the forcing decision for many requests, keyed by
     an integer request id (state is created on a request's first token and
@@ -153,6 +161,15 @@ class EntropyProbe:
         alpha = _check_ema_alpha(ema_alpha)
         ids = _resolve_end_ids(config, model, think_end_token_ids)
         self._core = _EntropyProbeCore(config, ids, backend, alpha)
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only when normal lookup fails: the `_core` slot is unset
+        # when the object came from `EntropyProbe.__new__` (copy, pickle
+        # tricks, a subclass skipping `super().__init__`).
+        if name == "_core":
+            raise RuntimeError("EntropyProbe: this object was never initialised (created without "
+                               "EntropyProbe.__init__); construct it as EntropyProbe(config, ...)")
+        raise AttributeError(f"'EntropyProbe' object has no attribute {name!r}")
 
     def compute(self, req_id: int, logits: Any, *, think_tokens: int | None = None,
                 tool_call_open: bool = False) -> EntropySignal:
@@ -225,5 +242,7 @@ class EntropyProbe:
         return not _EntropyProbeCore.cuda_unavailable_reason()
 
     def __repr__(self) -> str:
+        if not _slot_is_set(self):
+            return "EntropyProbe(<uninitialised>)"
         return (f"EntropyProbe(backend={self.backend!r}, think_end_token_ids={self.think_end_token_ids}, "
                 f"requests={len(self)})")

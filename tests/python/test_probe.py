@@ -574,3 +574,16 @@ def test_checking_a_view_costs_what_was_asked_not_its_row_count():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_an_uninitialised_probe_says_so():
+    """An EntropyProbe made by __new__ alone (no __init__) names the mistake
+    instead of a bare AttributeError about a private slot."""
+    bare = EntropyProbe.__new__(EntropyProbe)
+    for call in (lambda: bare.compute(1, row("random")), lambda: bare.row_stats(row("random")),
+                 lambda: bare.release(1), lambda: len(bare), lambda: bare.backend):
+        with pytest.raises(RuntimeError, match="never initialised"):
+            call()
+    assert repr(bare) == "EntropyProbe(<uninitialised>)"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        bare.nope  # noqa: B018
