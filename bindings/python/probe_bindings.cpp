@@ -380,9 +380,11 @@ class ProbeCore {
   }
 
   /// Statistics of logits rows `rows` (one per output entry, repeats
-  /// allowed) in one call with the GIL released. CPU: only the selected rows
-  /// are read, runs of consecutive rows as one view each (threaded over rows
-  /// when large). CUDA: one launch over the covering range [min, max].
+  /// allowed) with the GIL released, each distinct row once. CPU: only the
+  /// selected rows are read, runs of consecutive rows as one call each
+  /// (threaded over rows when large). CUDA: one launch per run of selected
+  /// rows at most kCudaMaxGapRows apart, so the rows read stay bounded by the
+  /// rows asked for (compute_selected_rows).
   void compute_rows(const Logits& logits, const std::vector<std::size_t>& rows, std::span<RowStats> out,
                     std::uintptr_t stream) {
     if (rows.empty()) return;
@@ -398,37 +400,30 @@ class ProbeCore {
       compute_row_stats_cpu(view, end_ids_, out);
       return;
     }
-    std::vector<std::size_t> unique = rows;
-    std::sort(unique.begin(), unique.end());
-    unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-    std::vector<RowStats> stats(unique.size());
-    for (std::size_t begin = 0; begin < unique.size();) {
-      std::size_t end = begin + 1;
-      while (end < unique.size() && unique[end] == unique[end - 1] + 1) ++end;
-      compute_row_stats_cpu(sub_view(view, unique[begin], end - begin), end_ids_,
-                            std::span<RowStats>(stats).subspan(begin, end - begin));
-      begin = end;
-    }
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const auto at = std::lower_bound(unique.begin(), unique.end(), rows[i]) - unique.begin();
-      out[i] = stats[static_cast<std::size_t>(at)];
-    }
+    compute_selected_rows(
+        view, rows, 0,
+        [this](const LogitsView& span_view, std::span<RowStats> span_out) {
+          compute_row_stats_cpu(span_view, end_ids_, span_out);
+        },
+        out);
   }
+
+  /// Unselected rows a CUDA launch may read between two selected ones: a
+  /// launch and its copy back cost microseconds, a row well under one.
+  static constexpr std::size_t kCudaMaxGapRows = 64;
 
   void compute_rows_cuda(const Logits& logits, const std::vector<std::size_t>& rows, std::span<RowStats> out,
                          std::uintptr_t stream) {
 #if MERIDIAN_HAVE_CUDA
-    const auto [lo, hi] = std::minmax_element(rows.begin(), rows.end());
-    const std::size_t first = *lo;
-    const std::size_t count = *hi - *lo + 1;
     cuda::CudaRowStatsKernel& kernel = cuda_kernel(logits.device_id);
-    std::vector<RowStats> stats(count);
-    {
-      const nb::gil_scoped_release unlocked;
-      // NOLINTNEXTLINE(performance-no-int-to-ptr): the stream handle comes from Python as an integer
-      kernel.compute(sub_view(logits.view, first, count), end_ids_, stats, reinterpret_cast<void*>(stream));
-    }
-    for (std::size_t i = 0; i < rows.size(); ++i) out[i] = stats[rows[i] - first];
+    const nb::gil_scoped_release unlocked;
+    compute_selected_rows(
+        logits.view, rows, kCudaMaxGapRows,
+        [this, &kernel, stream](const LogitsView& span_view, std::span<RowStats> span_out) {
+          // NOLINTNEXTLINE(performance-no-int-to-ptr): the stream handle comes from Python as an integer
+          kernel.compute(span_view, end_ids_, span_out, reinterpret_cast<void*>(stream));
+        },
+        out);
 #else
     (void)logits;
     (void)rows;
@@ -446,14 +441,6 @@ class ProbeCore {
     return *slot;
   }
 #endif
-
-  static LogitsView sub_view(const LogitsView& view, std::size_t first, std::size_t count) {
-    LogitsView sub = view;
-    sub.data = static_cast<const char*>(view.data) + first * view.stride() * dtype_size(view.dtype);
-    sub.rows = count;
-    sub.row_stride = view.stride();
-    return sub;
-  }
 
   /// Feeds one think token of request `id` (created on first use).
   EntropySignal observe(RequestId id, std::uint64_t think_tokens, bool tool_call_open,

@@ -21,10 +21,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "meridian/error.h"
 #include "meridian/types.h"
@@ -86,6 +88,34 @@ struct LogitsView {
   /// vocab larger than the stride, an end-of-think id outside a row, ...).
   void validate(std::span<const TokenId> end_think_ids, std::size_t out_rows) const;
 };
+
+/// Rows [first, first + count) of `view` as a view of their own (no copy).
+[[nodiscard]] LogitsView rows_of(const LogitsView& view, std::size_t first, std::size_t count);
+
+/// A run of rows [first, first + count) that one kernel call reads.
+struct RowSpan {
+  std::size_t first = 0;
+  std::size_t count = 0;
+  friend bool operator==(const RowSpan&, const RowSpan&) = default;
+};
+
+/// The spans covering `sorted_rows` (ascending, distinct), fewest first:
+/// consecutive selected rows share a span, and so do two selected rows with
+/// at most `max_gap` unselected rows between them. So the spans hold at most
+/// (sorted_rows.size() - 1) * max_gap rows nobody asked for: the cost stays
+/// bounded by the rows selected, never by how far apart they are.
+[[nodiscard]] std::vector<RowSpan> cover_rows(std::span<const std::size_t> sorted_rows, std::size_t max_gap);
+
+/// Computes one span of rows (a sub-view and its out entries).
+using RowSpanKernel = std::function<void(const LogitsView& span_view, std::span<RowStats> out)>;
+
+/// Statistics of the selected `rows` of `view` (any order, repeats allowed;
+/// each < view.rows), out[i] for rows[i], each distinct row computed once:
+/// one `kernel` call per span of cover_rows(distinct rows, max_gap). The CPU
+/// passes max_gap 0 (only selected rows are read); CUDA a few rows, since a
+/// launch costs more than reading them.
+void compute_selected_rows(const LogitsView& view, std::span<const std::size_t> rows, std::size_t max_gap,
+                           const RowSpanKernel& kernel, std::span<RowStats> out);
 
 struct CpuRowStatsOptions {
   /// Threads used for one call; 0 means std::thread::hardware_concurrency().
