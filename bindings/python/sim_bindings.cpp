@@ -76,6 +76,7 @@ void bind_sim(nb::module_& parent) {
   nb::class_<sim::SloParams>(m, "SloParams")
       .def(nb::init<>())
       .def_rw("ttft_ms", &sim::SloParams::ttft_ms)
+      .def_rw("ttfv_ms", &sim::SloParams::ttfv_ms, "0: no TTFV bound")
       .def_rw("output_tpot_ms", &sim::SloParams::output_tpot_ms)
       .def_rw("think_tpot_ms", &sim::SloParams::think_tpot_ms)
       .def_rw("attainment_pct", &sim::SloParams::attainment_pct);

@@ -240,11 +240,27 @@ void bind_telemetry(nb::module_& m) {
       .def(
           "record_request",
           [](EngineMetrics& e, double ttft_s, double ttfv_s, double ttot_s, double e2e_s, bool completed,
-             bool slo_met) {
-            e.record_request({ttft_s, ttfv_s, ttot_s, e2e_s, completed, slo_met});
+             bool slo_met, const std::vector<std::string>& missed) {
+            std::uint8_t bits = 0;
+            for (const std::string& name : missed) {
+              std::uint8_t bit = 0;
+              while (bit < kSloMissBounds && slo_miss_name(bit) != name) ++bit;
+              if (bit == kSloMissBounds) {
+                throw nb::value_error(("EngineMetrics.record_request: missed names an unknown SLO bound '" +
+                                       name + "' (incomplete, ttft, ttfv, think_tpot, output_tpot)")
+                                          .c_str());
+              }
+              bits |= static_cast<std::uint8_t>(1U << bit);
+            }
+            if (slo_met && bits != 0) {
+              throw nb::value_error("EngineMetrics.record_request: slo_met=True with bounds missed");
+            }
+            e.record_request({ttft_s, ttfv_s, ttot_s, e2e_s, completed, slo_met, bits});
           },
           "ttft_s"_a = -1.0, "ttfv_s"_a = -1.0, "ttot_s"_a = -1.0, "e2e_s"_a = -1.0, "completed"_a = false,
-          "slo_met"_a = false);
+          "slo_met"_a = false, "missed"_a = std::vector<std::string>{},
+          "Records one finished request; `missed` names the SLO bounds it missed "
+          "(meridian_slo_bound_misses_total{bound})");
 
   nb::class_<RequestClock>(m, "RequestClock",
                            "Per-request wall-clock times of an engine adapter (TTFT, TTFV, TTOT, answer ITL, "
@@ -253,10 +269,10 @@ void bind_telemetry(nb::module_& m) {
       .def(
           "__init__",
           [](RequestClock* self, EngineMetrics& feed, double ttft_s, double output_tpot_s,
-             double think_tpot_s, const std::vector<TokenId>& think_start_ids) {
-            new (self) RequestClock(feed, {ttft_s, output_tpot_s, think_tpot_s}, think_start_ids);
+             double think_tpot_s, const std::vector<TokenId>& think_start_ids, double ttfv_s) {
+            new (self) RequestClock(feed, {ttft_s, output_tpot_s, think_tpot_s, ttfv_s}, think_start_ids);
           },
-          "feed"_a, "ttft_s"_a, "output_tpot_s"_a, "think_tpot_s"_a, "think_start_ids"_a,
+          "feed"_a, "ttft_s"_a, "output_tpot_s"_a, "think_tpot_s"_a, "think_start_ids"_a, "ttfv_s"_a = 0.0,
           nb::keep_alive<1, 2>())
       .def("add", &RequestClock::add, "request_id"_a, "arrival_s"_a, "thinking"_a)
       .def("set_thinking", &RequestClock::set_thinking, "request_id"_a, "thinking"_a)

@@ -97,6 +97,7 @@ enum class MetricId : std::uint16_t {
   kRequestE2e,
   kOutputItl,
   kSloRequests,
+  kSloBoundMisses,
   // Engine adapters (vLLM plugin) and disaggregation
   kFailsafeFallbacks,
   kVocabFallback,

@@ -98,6 +98,7 @@ struct RequestTimes {
   double e2e_s = -1;
   bool completed = false;  ///< e2e and the SLO outcome count only completed requests
   bool slo_met = false;
+  std::uint8_t slo_misses = 0;  ///< SloMiss bits: the bounds missed (meridian_slo_bound_misses_total)
 };
 
 /// Feeds a MetricRegistry from the real components and an engine loop (the

@@ -23,6 +23,7 @@
 #include "meridian/config.h"
 #include "meridian/sim_cost_model.h"
 #include "meridian/sim_workload.h"
+#include "meridian/types.h"
 
 namespace meridian::telemetry {
 class EngineMetrics;
@@ -98,11 +99,15 @@ struct EngineParams {
 
 /// [slo]: what a request needs to count as served well (DistServe's SLO
 /// attainment, extended by phase). A request meets its SLO when every bound
-/// that applies to it holds: TTFT always; output TPOT when it has >= 2
-/// visible tokens; think TPOT when it thought >= 2 tokens. A request that
-/// does not complete does not meet it.
+/// that applies to it holds: TTFT always; TTFV (when set) for a reasoning
+/// request; output TPOT when it has >= 2 visible tokens; think TPOT when it
+/// thought >= 2 tokens. A request that does not complete does not meet it.
 struct SloParams {
-  double ttft_ms = 1000;       ///< arrival -> first generated token (think or visible)
+  double ttft_ms = 1000;  ///< arrival -> first generated token (think or visible)
+  /// Arrival -> first answer (visible) token of a reasoning request; 0: no
+  /// bound (the default). A reasoning request that completes with no answer
+  /// token misses a set bound.
+  double ttfv_ms = 0;
   double output_tpot_ms = 20;  ///< mean gap between a request's visible tokens (the seeds' output budget)
   double think_tpot_ms = 80;   ///< think duration / think tokens
   double attainment_pct = 90;  ///< goodput: highest rate with at least this share meeting the SLO
@@ -167,10 +172,15 @@ struct RequestOutcome {
   float think_tpot_ms = -1;        ///< -1: not a reasoning request, or fewer than 2 think tokens
   std::uint32_t think_tokens = 0;  ///< emitted
   bool slo_met = false;
+  std::uint8_t slo_misses = 0;  ///< SloMiss bits: every bound missed (0 when met)
 };
 
-/// Whether `r` meets `slo` (SloParams states the rule).
-[[nodiscard]] bool meets_slo(const RequestOutcome& r, const SloParams& slo) noexcept;
+/// The bounds of `slo` that `r` misses (SloMiss bits; SloParams states the rule).
+[[nodiscard]] std::uint8_t slo_misses(const RequestOutcome& r, const SloParams& slo) noexcept;
+/// Whether `r` meets `slo`: it misses no bound.
+[[nodiscard]] inline bool meets_slo(const RequestOutcome& r, const SloParams& slo) noexcept {
+  return slo_misses(r, slo) == 0;
+}
 
 /// One sample of the time series.
 struct SeriesPoint {

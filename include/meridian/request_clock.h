@@ -30,11 +30,13 @@ class EngineMetrics;
 class RequestClock {
  public:
   /// The bounds of the SLO verdict, in seconds; each must be finite and > 0
-  /// (meridian::InvalidArgument naming the field otherwise).
+  /// (meridian::InvalidArgument naming the field otherwise), except ttfv_s,
+  /// which may be 0: no bound on a reasoning request's first answer token.
   struct Slo {
     double ttft_s = 1.0;
     double output_tpot_s = 0.02;
     double think_tpot_s = 0.08;
+    double ttfv_s = 0;
   };
 
   /// `think_start_ids`: tokens that open a think block; a sampled think start

@@ -53,4 +53,28 @@ enum class ForceReason : std::uint8_t {
   return "unknown";
 }
 
+/// The bounds of a request's SLO it can miss, as bits of one mask (a request
+/// can miss several). The replay's [slo] section and the engine telemetry's
+/// RequestClock apply them; meridian_slo_bound_misses_total counts each.
+enum SloMiss : std::uint8_t {
+  kSloMissIncomplete = 1U << 0U,  ///< never completed (rejected, aborted, unfinished)
+  kSloMissTtft = 1U << 1U,        ///< first token later than the TTFT bound
+  kSloMissTtfv = 1U << 2U,        ///< a reasoning request's first answer token later than the TTFV bound
+  kSloMissThinkTpot = 1U << 3U,   ///< think tokens slower than the think TPOT bound
+  kSloMissOutputTpot = 1U << 4U,  ///< answer tokens slower than the answer TPOT bound
+};
+inline constexpr std::uint8_t kSloMissBounds = 5;  ///< the bits above, lowest first
+
+/// "incomplete", "ttft", "ttfv", "think_tpot", "output_tpot" for bit `index` (0..4).
+[[nodiscard]] constexpr std::string_view slo_miss_name(std::uint8_t index) noexcept {
+  switch (index) {
+    case 0: return "incomplete";
+    case 1: return "ttft";
+    case 2: return "ttfv";
+    case 3: return "think_tpot";
+    case 4: return "output_tpot";
+    default: return "unknown";
+  }
+}
+
 }  // namespace meridian

@@ -581,7 +581,7 @@ class Engine {
     o_.metrics->record_request(
         {seconds(r.arrival_ns, r.first_token_ns), seconds(r.arrival_ns, r.first_visible_ns),
          seconds(r.think_end_ns, r.first_visible_ns), oc.completed ? seconds(r.arrival_ns, now_ns_) : -1.0,
-         oc.completed, oc.slo_met});
+         oc.completed, oc.slo_met, oc.slo_misses});
   }
 
   ReplayResult summarize();
@@ -709,10 +709,16 @@ ReplayResult Engine::summarize() {
 
 }  // namespace
 
-bool meets_slo(const RequestOutcome& r, const SloParams& slo) noexcept {
-  if (!r.completed || r.ttft_ms < 0 || r.ttft_ms > slo.ttft_ms) return false;
-  if (r.output_tpot_ms >= 0 && r.output_tpot_ms > slo.output_tpot_ms) return false;
-  return !(r.think_tpot_ms >= 0 && r.think_tpot_ms > slo.think_tpot_ms);
+std::uint8_t slo_misses(const RequestOutcome& r, const SloParams& slo) noexcept {
+  std::uint8_t missed = 0;
+  if (!r.completed) missed |= kSloMissIncomplete;
+  if (r.ttft_ms < 0 ? r.completed : r.ttft_ms > slo.ttft_ms) missed |= kSloMissTtft;
+  if (slo.ttfv_ms > 0 && r.reasoning && (r.ttfv_ms < 0 ? r.completed : r.ttfv_ms > slo.ttfv_ms)) {
+    missed |= kSloMissTtfv;
+  }
+  if (r.think_tpot_ms >= 0 && r.think_tpot_ms > slo.think_tpot_ms) missed |= kSloMissThinkTpot;
+  if (r.output_tpot_ms >= 0 && r.output_tpot_ms > slo.output_tpot_ms) missed |= kSloMissOutputTpot;
+  return missed;
 }
 
 ReplayResult run_replay(const Workload& workload, const ReplayOptions& options) {

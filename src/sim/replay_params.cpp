@@ -133,6 +133,7 @@ TableSpec replay_spec(ReplayParams& p) {
                          {}};
   TableSpec slo_table{"slo",
                       {{"ttft_ms", &slo.ttft_ms, positive()},
+                       {"ttfv_ms", &slo.ttfv_ms, in(0, 1e9)},  // 0: no TTFV bound
                        {"output_tpot_ms", &slo.output_tpot_ms, positive()},
                        {"think_tpot_ms", &slo.think_tpot_ms, positive()},
                        {"attainment_pct", &slo.attainment_pct, above(0, 100)}},

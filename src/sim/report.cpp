@@ -69,6 +69,7 @@ const std::vector<MetricInfo>& metric_catalog() {
       {"slo_attainment_chat_pct", Better::kHigher, "SLO attainment: chat %"},
       {"slo_attainment_reasoning_pct", Better::kHigher, "SLO attainment: reasoning %"},
       {"slo_miss_ttft_pct", Better::kLower, "SLO missed on TTFT %"},
+      {"slo_miss_ttfv_pct", Better::kLower, "SLO missed on TTFV %"},
       {"slo_miss_output_tpot_pct", Better::kLower, "SLO missed on output TPOT %"},
       {"slo_miss_think_tpot_pct", Better::kLower, "SLO missed on think TPOT %"},
       {"slo_miss_incomplete_pct", Better::kLower, "SLO missed: not completed %"},

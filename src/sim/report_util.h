@@ -28,6 +28,7 @@ inline nlohmann::ordered_json context_json(const ReportContext& c) {
   j["reasoning_ratio"] = c.params.workload.reasoning_ratio;
   j["duration_s"] = c.params.workload.duration_s;
   j["slo"] = {{"ttft_ms", c.params.slo.ttft_ms},
+              {"ttfv_ms", c.params.slo.ttfv_ms},
               {"output_tpot_ms", c.params.slo.output_tpot_ms},
               {"think_tpot_ms", c.params.slo.think_tpot_ms},
               {"attainment_pct", c.params.slo.attainment_pct}};

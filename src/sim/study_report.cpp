@@ -154,8 +154,10 @@ std::string seeds_text(const std::vector<std::uint64_t>& seeds) {
 }
 
 std::string slo_text(const SloParams& slo) {
-  return fmt::format("TTFT ≤ {} ms, output TPOT ≤ {} ms, think TPOT ≤ {} ms; target {}% of requests",
-                     slo.ttft_ms, slo.output_tpot_ms, slo.think_tpot_ms, slo.attainment_pct);
+  const std::string ttfv =
+      slo.ttfv_ms > 0 ? fmt::format(", TTFV ≤ {} ms (reasoning requests)", slo.ttfv_ms) : "";
+  return fmt::format("TTFT ≤ {} ms{}, output TPOT ≤ {} ms, think TPOT ≤ {} ms; target {}% of requests",
+                     slo.ttft_ms, ttfv, slo.output_tpot_ms, slo.think_tpot_ms, slo.attainment_pct);
 }
 
 std::string target_row(const TargetCheck& t) {
@@ -345,6 +347,7 @@ std::string goodput_json(const GoodputResult& g, const ReportContext& context) {
   j["schema_version"] = 1;
   j["context"] = detail::context_json(context);
   j["slo"] = {{"ttft_ms", g.slo.ttft_ms},
+              {"ttfv_ms", g.slo.ttfv_ms},
               {"output_tpot_ms", g.slo.output_tpot_ms},
               {"think_tpot_ms", g.slo.think_tpot_ms}};
   j["attainment_target_pct"] = g.slo.attainment_pct;

@@ -32,7 +32,8 @@ RequestOutcome timeline_outcome(const RequestTimeline& t, const SloParams& slo) 
     o.think_tpot_ms = ms(t.first_token_s, t.think_end_s) / static_cast<float>(t.think_tokens);
   }
   o.think_tokens = t.think_tokens;
-  o.slo_met = meets_slo(o, slo);
+  o.slo_misses = slo_misses(o, slo);
+  o.slo_met = o.slo_misses == 0;
   return o;
 }
 
@@ -57,10 +58,7 @@ ReplayResult summarize_timelines(const std::vector<RequestTimeline>& requests,
   std::uint64_t total[2] = {};
   std::uint64_t arrived = 0;
   std::uint64_t completed = 0;
-  std::uint64_t miss_incomplete = 0;
-  std::uint64_t miss_ttft = 0;
-  std::uint64_t miss_output = 0;
-  std::uint64_t miss_think = 0;
+  std::uint64_t misses[kSloMissBounds] = {};  // by SloMiss bit
   std::uint64_t think_total = 0;
   std::uint64_t answer_total = 0;
   std::uint64_t natural_think = 0;
@@ -70,10 +68,7 @@ ReplayResult summarize_timelines(const std::vector<RequestTimeline>& requests,
     const std::size_t cls = t.reasoning ? 1 : 0;
     ++total[cls];
     if (oc.slo_met) ++met[cls];
-    if (!oc.completed) ++miss_incomplete;
-    if (oc.ttft_ms > slo.ttft_ms) ++miss_ttft;
-    if (oc.output_tpot_ms > slo.output_tpot_ms) ++miss_output;
-    if (oc.think_tpot_ms > slo.think_tpot_ms) ++miss_think;
+    for (std::uint8_t bit = 0; bit < kSloMissBounds; ++bit) misses[bit] += (oc.slo_misses >> bit) & 1U;
     think_total += t.think_tokens;
     answer_total += t.answer_tokens;
     if (t.arrived) ++arrived;
@@ -112,10 +107,11 @@ ReplayResult summarize_timelines(const std::vector<RequestTimeline>& requests,
   put("slo_attainment_pct", pct(met[0] + met[1], all));
   put("slo_attainment_chat_pct", pct(met[0], total[0]));
   put("slo_attainment_reasoning_pct", pct(met[1], total[1]));
-  put("slo_miss_ttft_pct", pct(miss_ttft, all));
-  put("slo_miss_output_tpot_pct", pct(miss_output, all));
-  put("slo_miss_think_tpot_pct", pct(miss_think, all));
-  put("slo_miss_incomplete_pct", pct(miss_incomplete, all));
+  put("slo_miss_ttft_pct", pct(misses[1], all));
+  put("slo_miss_ttfv_pct", pct(misses[2], all));
+  put("slo_miss_output_tpot_pct", pct(misses[4], all));
+  put("slo_miss_think_tpot_pct", pct(misses[3], all));
+  put("slo_miss_incomplete_pct", pct(misses[0], all));
   put("ttft_p50_ms", percentile(ttft, 50));
   put("ttft_p90_ms", percentile(ttft, 90));
   put("ttft_p95_ms", percentile(ttft, 95));

@@ -4,6 +4,8 @@
 
 #include <array>
 
+#include "meridian/types.h"
+
 namespace meridian::telemetry {
 namespace {
 
@@ -19,6 +21,9 @@ constexpr std::array<string_view, 2> kVictimPhases = {"output", "think"};
 constexpr std::array<string_view, 3> kModes = {"recompute", "swap", "offload"};
 constexpr std::array<string_view, 3> kTiers = {"think_complete", "think_active", "output_critical"};
 constexpr std::array<string_view, 2> kOutcomes = {"met", "missed"};
+// slo_miss_name() order (the SloMiss bits, lowest first).
+constexpr std::array<string_view, kSloMissBounds> kSloBounds = {"incomplete", "ttft", "ttfv", "think_tpot",
+                                                                "output_tpot"};
 constexpr std::array<string_view, 2> kComponents = {"scheduler", "logits_processor"};
 constexpr std::array<string_view, 3> kFabrics = {"nixl", "mooncake", "nixl-synth"};
 // OffloadFallbackReason order (meridian/kv_offload_counters.h).
@@ -33,6 +38,7 @@ constexpr std::array<LabelSpec, 1> kBatchPhaseLabel = {{{"phase", kBatchPhases}}
 constexpr std::array<LabelSpec, 2> kPreemptionLabels = {{{"phase", kVictimPhases}, {"mode", kModes}}};
 constexpr std::array<LabelSpec, 1> kTierLabel = {{{"tier", kTiers}}};
 constexpr std::array<LabelSpec, 1> kOutcomeLabel = {{{"outcome", kOutcomes}}};
+constexpr std::array<LabelSpec, 1> kSloBoundLabel = {{{"bound", kSloBounds}}};
 constexpr std::array<LabelSpec, 1> kComponentLabel = {{{"component", kComponents}}};
 constexpr std::array<LabelSpec, 1> kFabricLabel = {{{"fabric", kFabrics}}};
 constexpr std::array<LabelSpec, 2> kFabricReasonLabels = {
@@ -387,9 +393,19 @@ constexpr std::array<MetricSpec, kMetricCount> kCatalog = {{
      "requests",
      kOutcomeLabel,
      {},
-     "Finished requests that met or missed their SLO (TTFT, output TPOT, think TPOT).",
+     "Finished requests that met or missed their SLO (TTFT, TTFV when bound, output TPOT, think TPOT).",
      "engine (replay simulator, vLLM adapter)",
      "Attainment = met / (met + missed); below the target share: the load is above goodput."},
+    {"meridian_slo_bound_misses_total",
+     kCounter,
+     "requests",
+     kSloBoundLabel,
+     {},
+     "Finished requests that missed each bound of their SLO (a request missing several counts under "
+     "each; incomplete: given up on; ttfv only when a TTFV bound is set).",
+     "engine (replay simulator, vLLM adapter)",
+     "The bound that grows with missed requests is the one that binds: TTFT or TTFV means queueing "
+     "(runbook: SLO attainment below target); a TPOT bound means steps too long."},
     // ---- Engine adapters and disaggregation
     {"meridian_failsafe_fallbacks_total",
      kCounter,

@@ -345,6 +345,9 @@ void EngineMetrics::record_request(const RequestTimes& times) {
   if (times.completed && times.e2e_s >= 0) r.observe(MetricId::kRequestE2e, times.e2e_s);
   // A request given up on did not meet its SLO.
   r.add(MetricId::kSloRequests, 1, {times.completed && times.slo_met ? kMetIndex : kMissedIndex});
+  for (std::uint8_t bit = 0; bit < kSloMissBounds; ++bit) {
+    if (((times.slo_misses >> bit) & 1U) != 0) r.add(MetricId::kSloBoundMisses, 1, {bit});
+  }
 }
 
 }  // namespace meridian::telemetry

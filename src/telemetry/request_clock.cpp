@@ -51,6 +51,7 @@ RequestClock::RequestClock(EngineMetrics& feed, Slo slo, std::span<const TokenId
   check_bound(slo.ttft_s, "ttft_s");
   check_bound(slo.output_tpot_s, "output_tpot_s");
   check_bound(slo.think_tpot_s, "think_tpot_s");
+  if (slo.ttfv_s != 0) check_bound(slo.ttfv_s, "ttfv_s");
   impl_ = std::make_unique<Impl>(feed, slo, think_start_ids);
 }
 
@@ -98,14 +99,24 @@ void RequestClock::finish(RequestId id, bool completed, std::int64_t think_token
   out.ttot_s = t.first_visible >= 0 && t.think_end >= 0 ? t.first_visible - t.think_end : -1.0;
   out.e2e_s = completed ? now_s - t.arrival : -1.0;
   out.completed = completed;
-  bool met = completed && out.ttft_s >= 0 && out.ttft_s <= slo.ttft_s;
-  if (met && t.visible > 1) {
-    met = (t.last_visible - t.first_visible) / static_cast<double>(t.visible - 1) <= slo.output_tpot_s;
+  // The bounds of SloParams (replay.h), each checked where it applies.
+  std::uint8_t missed = 0;
+  if (!completed) missed |= kSloMissIncomplete;
+  if (out.ttft_s < 0 ? completed : out.ttft_s > slo.ttft_s) missed |= kSloMissTtft;
+  const bool reasoning = think_tokens > 0 || t.think_end >= 0;
+  if (slo.ttfv_s > 0 && reasoning && (out.ttfv_s < 0 ? completed : out.ttfv_s > slo.ttfv_s)) {
+    missed |= kSloMissTtfv;
   }
-  if (met && t.think_end >= 0 && think_tokens > 1 && t.first_token >= 0) {
-    met = (t.think_end - t.first_token) / static_cast<double>(think_tokens - 1) <= slo.think_tpot_s;
+  if (t.think_end >= 0 && think_tokens > 1 && t.first_token >= 0 &&
+      (t.think_end - t.first_token) / static_cast<double>(think_tokens - 1) > slo.think_tpot_s) {
+    missed |= kSloMissThinkTpot;
   }
-  out.slo_met = met;
+  if (t.visible > 1 &&
+      (t.last_visible - t.first_visible) / static_cast<double>(t.visible - 1) > slo.output_tpot_s) {
+    missed |= kSloMissOutputTpot;
+  }
+  out.slo_misses = missed;
+  out.slo_met = missed == 0;
   impl_->feed.record_request(out);
 }
 

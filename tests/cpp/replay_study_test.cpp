@@ -96,6 +96,31 @@ TEST(SloAttainment, RequestsThatNeverCompleteMissTheirSlo) {
   EXPECT_TRUE(meets_slo(r, slo));
   r.think_tpot_ms = static_cast<float>(slo.think_tpot_ms) + 1;
   EXPECT_FALSE(meets_slo(r, slo));
+  EXPECT_EQ(slo_misses(r, slo), kSloMissThinkTpot);
+}
+
+TEST(SloAttainment, EveryMissedBoundIsNamedAndTtfvBindsReasoningRequestsWhenSet) {
+  RequestOutcome r;
+  r.arrived = true;
+  r.completed = true;
+  r.reasoning = true;
+  r.ttft_ms = 2000;
+  r.ttfv_ms = 30000;
+  r.output_tpot_ms = 50;
+  r.think_tpot_ms = 10;
+  SloParams slo;  // ttfv_ms 0: unbounded
+  EXPECT_EQ(slo_misses(r, slo), kSloMissTtft | kSloMissOutputTpot);
+  slo.ttfv_ms = 20000;
+  EXPECT_EQ(slo_misses(r, slo), kSloMissTtft | kSloMissTtfv | kSloMissOutputTpot);
+  r.reasoning = false;  // a chat request has no TTFV bound
+  EXPECT_EQ(slo_misses(r, slo), kSloMissTtft | kSloMissOutputTpot);
+  r.reasoning = true;
+  r.ttfv_ms = -1;  // completed with no answer token: a set TTFV bound is missed
+  r.output_tpot_ms = -1;
+  r.ttft_ms = 10;
+  EXPECT_EQ(slo_misses(r, slo), kSloMissTtfv);
+  r.completed = false;  // never completed: incomplete, and TTFV is not judged
+  EXPECT_EQ(slo_misses(r, slo), kSloMissIncomplete);
 }
 
 TEST(GoodputSearch, BisectsAStepFunctionToTheTolerance) {

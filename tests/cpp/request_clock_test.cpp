@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -21,10 +22,18 @@ constexpr std::uint8_t kMet = 0;
 constexpr std::uint8_t kMissed = 1;
 
 struct Rig {
+  explicit Rig(RequestClock::Slo bounds = {1.0, 0.02, 0.08}) : clock(feed, bounds, starts) {}
   MetricRegistry registry;
   EngineMetrics feed{registry};
   std::vector<TokenId> starts{kThinkStart};
-  RequestClock clock{feed, {1.0, 0.02, 0.08}, starts};
+  RequestClock clock;
+
+  [[nodiscard]] double bound(std::string_view name) const {
+    for (std::uint8_t bit = 0; bit < kSloMissBounds; ++bit) {
+      if (slo_miss_name(bit) == name) return registry.value(MetricId::kSloBoundMisses, {bit});
+    }
+    return -1;
+  }
 
   [[nodiscard]] double count(MetricId id) const { return registry.value(id); }
   [[nodiscard]] double slo(std::uint8_t outcome) const {
@@ -99,6 +108,40 @@ TEST(RequestClock, EachBoundDecidesTheVerdict) {
   EXPECT_EQ(rig.slo(kMet), 0);
   EXPECT_EQ(rig.slo(kMissed), 4);
   EXPECT_EQ(rig.count(MetricId::kRequestE2e), 3);
+  // Each request under the one bound it missed (slo_miss_name order).
+  EXPECT_EQ(rig.bound("incomplete"), 1);
+  EXPECT_EQ(rig.bound("ttft"), 1);
+  EXPECT_EQ(rig.bound("ttfv"), 0);
+  EXPECT_EQ(rig.bound("think_tpot"), 1);
+  EXPECT_EQ(rig.bound("output_tpot"), 1);
+}
+
+TEST(RequestClock, ATtfvBoundAppliesToReasoningRequestsOnlyWhenSet) {
+  // Reasoning request: first answer token at 2.5 s; chat request: at 2.5 s too.
+  const auto drive = [](RequestClock& clock) {
+    clock.add(1, 0.0, true);
+    clock.sampled(1, kWord, 0.5);
+    clock.think_ended(1, 2.4);
+    clock.set_thinking(1, false);
+    clock.sampled(1, kWord, 2.5);
+    clock.finish(1, true, 40, 2.6);
+    clock.add(2, 0.0, false);
+    clock.sampled(2, kWord, 0.5);
+    clock.finish(2, true, 0, 0.6);
+    clock.add(3, 0.0, true);  // thought, then finished with no answer token
+    clock.sampled(3, kWord, 0.5);
+    clock.think_ended(3, 0.9);
+    clock.finish(3, true, 10, 1.0);
+  };
+  Rig unbounded;
+  drive(unbounded.clock);
+  EXPECT_EQ(unbounded.slo(kMet), 3);
+  EXPECT_EQ(unbounded.bound("ttfv"), 0);
+  Rig bounded(RequestClock::Slo{1.0, 0.02, 0.08, 2.0});
+  drive(bounded.clock);
+  EXPECT_EQ(bounded.slo(kMet), 1);  // the chat request; the others miss TTFV
+  EXPECT_EQ(bounded.bound("ttfv"), 2);
+  EXPECT_EQ(bounded.bound("ttft"), 0);
 }
 
 TEST(RequestClock, UnknownIdsAreIgnoredAndReAddingRestarts) {
@@ -123,6 +166,8 @@ TEST(RequestClock, RefusesBoundsThatAreNotFinitePositive) {
   const std::vector<TokenId> starts{kThinkStart};
   EXPECT_THROW(RequestClock(feed, {0.0, 0.02, 0.08}, starts), InvalidArgument);
   EXPECT_THROW(RequestClock(feed, {1.0, -1.0, 0.08}, starts), InvalidArgument);
+  EXPECT_THROW(RequestClock(feed, {1.0, 0.02, 0.08, -2.0}, starts), InvalidArgument);
+  EXPECT_NO_THROW(RequestClock(feed, {1.0, 0.02, 0.08, 0.0}, starts));  // 0: no TTFV bound
   try {
     const RequestClock clock(feed, {1.0, 0.02, std::numeric_limits<double>::infinity()}, starts);
     FAIL() << "an infinite bound was accepted";

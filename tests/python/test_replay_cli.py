@@ -86,6 +86,10 @@ def test_bad_input_names_the_field(meridian_bin, tmp_path):
     result = replay(meridian_bin, tmp_path, "--params", params)
     assert result.returncode == 1
     assert "cost_model.bandwidth_efficiency must be in (0, 1]; got 1.5" in result.stderr
+    params.write_text("[slo]\nttfv_ms = -5\n")
+    result = replay(meridian_bin, tmp_path, "--params", params)
+    assert result.returncode == 1
+    assert "slo.ttfv_ms must be in [0, 1000000000]; got -5" in result.stderr
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"arrival_s": 0, "prompt_tokens": 10, "answer_tokens": 5}\n{"arrival_s": 1}\n')
     result = replay(meridian_bin, tmp_path, "--trace", trace)
@@ -159,7 +163,7 @@ def test_goodput_and_pareto_reports_and_plots(meridian_bin, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "# Goodput" in result.stdout and "# Forcing" in result.stdout
     goodput = json.loads((tmp_path / "goodput.json").read_text())
-    assert goodput["slo"] == {"ttft_ms": 1000, "output_tpot_ms": 20, "think_tpot_ms": 80}
+    assert goodput["slo"] == {"ttft_ms": 1000, "ttfv_ms": 0, "output_tpot_ms": 20, "think_tpot_ms": 80}
     assert goodput["attainment_target_pct"] == 90
     assert goodput["seeds"] == [42, 43]
     for policy in ["vllm-fcfs", "vllm-fcfs-tuned", "meridian-no-forcing", "meridian"]:
@@ -374,3 +378,22 @@ def test_disaggregated_mode_bad_input_names_the_option(meridian_bin, tmp_path):
     result = replay(meridian_bin, tmp_path, "--params", params)
     assert result.returncode != 0
     assert "disagg.max_inflight_batches" in result.stderr
+
+
+def test_a_ttfv_bound_is_judged_on_reasoning_requests(meridian_bin, tmp_path):
+    """[slo] ttfv_ms binds the first answer token of reasoning requests: a bound below every
+    reasoning request's TTFV fails exactly those, and the report names the bound missed."""
+    runs = {}
+    for name, ttfv in [("off", 0), ("tight", 1)]:
+        params = tmp_path / f"{name}.toml"
+        params.write_text(f"[slo]\nttfv_ms = {ttfv}\n")
+        out = tmp_path / name
+        result = replay(meridian_bin, out, "--params", params, "--policies", "vllm-fcfs", "--seeds", "1")
+        assert result.returncode == 0, result.stderr
+        report = json.loads((out / "ab-report.json").read_text())
+        assert report["context"]["slo"]["ttfv_ms"] == ttfv
+        runs[name] = report["runs"]["vllm-fcfs"]
+    assert runs["off"]["slo_miss_ttfv_pct"] == 0
+    assert runs["tight"]["slo_attainment_reasoning_pct"] == 0
+    assert runs["tight"]["slo_attainment_chat_pct"] == runs["off"]["slo_attainment_chat_pct"]
+    assert runs["tight"]["slo_miss_ttfv_pct"] > 0

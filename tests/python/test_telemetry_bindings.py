@@ -145,6 +145,14 @@ def test_engine_metrics_feeds_from_the_real_router_scheduler_and_block_manager()
     assert registry.value("meridian_request_e2e_seconds") == 1
     assert registry.value("meridian_slo_requests_total", ("met",)) == 1
     assert registry.value("meridian_slo_requests_total", ("missed",)) == 1
+    metrics.record_request(ttft_s=3.0, ttfv_s=90.0, completed=True, missed=["ttft", "ttfv"])
+    assert registry.value("meridian_slo_bound_misses_total", ("ttft",)) == 1
+    assert registry.value("meridian_slo_bound_misses_total", ("ttfv",)) == 1
+    assert registry.value("meridian_slo_bound_misses_total", ("output_tpot",)) == 0
+    with pytest.raises(ValueError, match="unknown SLO bound 'tpot'"):
+        metrics.record_request(completed=True, missed=["tpot"])
+    with pytest.raises(ValueError, match="slo_met=True with bounds missed"):
+        metrics.record_request(completed=True, slo_met=True, missed=["ttft"])
     assert registry.misuse_count() == 0
 
 
@@ -191,6 +199,23 @@ def test_request_clock_times_a_reasoning_request_into_the_registry():
     assert series(registry, "meridian_output_itl_seconds")["series"][0]["count"] == 1
     met = [s["value"] for s in series(registry, "meridian_slo_requests_total")["series"]]
     assert met == [1, 0]
+
+
+def test_request_clock_bounds_ttfv_of_reasoning_requests_when_asked():
+    registry = MetricRegistry()
+    clock = meridian.RequestClock(EngineMetrics(registry), ttft_s=1.0, output_tpot_s=0.02, think_tpot_s=0.08,
+                                  think_start_ids=[THINK], ttfv_s=0.5)
+    clock.add(1, 0.0, True)
+    clock.sampled(1, WORD, 0.1)
+    clock.think_ended(1, 0.6)
+    clock.set_thinking(1, False)
+    clock.sampled(1, WORD, 0.61)  # first answer token after 0.61 s > 0.5 s
+    clock.finish(1, True, 7, 0.7)
+    assert registry.value("meridian_slo_requests_total", ("missed",)) == 1
+    assert registry.value("meridian_slo_bound_misses_total", ("ttfv",)) == 1
+    with pytest.raises(ValueError, match="slo.ttfv_s"):
+        meridian.RequestClock(EngineMetrics(MetricRegistry()), ttft_s=1.0, output_tpot_s=0.02, think_tpot_s=0.08,
+                              think_start_ids=[THINK], ttfv_s=-1.0)
 
 
 def test_request_clock_refuses_a_bound_that_is_not_positive():

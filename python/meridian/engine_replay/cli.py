@@ -118,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                           if args.scheduler_cpu_ms == 0 else
                           f"{args.scheduler_cpu_ms} ms added to every lockstep step (async arms overlap it)"),
         "vllm_version": _vllm_version(),
-        "slo": {"ttft_ms": params.slo.ttft_ms, "output_tpot_ms": params.slo.output_tpot_ms,
-                "think_tpot_ms": params.slo.think_tpot_ms, "attainment_pct": params.slo.attainment_pct},
+        "slo": {"ttft_ms": params.slo.ttft_ms, "ttfv_ms": params.slo.ttfv_ms,
+                "output_tpot_ms": params.slo.output_tpot_ms, "think_tpot_ms": params.slo.think_tpot_ms,
+                "attainment_pct": params.slo.attainment_pct},
         "kv_blocks": sim.RooflineCostModel(params.cost_model).kv_capacity_blocks(16),
         "max_num_seqs": params.engine.max_num_seqs, "max_num_batched_tokens": params.engine.max_num_batched_tokens,
     }

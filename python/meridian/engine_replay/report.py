@@ -18,6 +18,12 @@ HEADLINE = ("slo_attainment_pct", "ttft_p50_ms", "ttft_p95_ms", "ttfv_p95_ms", "
             "prefix_hit_rate", "steps", "tokens_per_step", "gpu_busy_pct")
 
 
+
+def _ttfv_text(slo: dict[str, Any]) -> str:
+    """The TTFV bound for a report sentence ("" when none is set)."""
+    ttfv = slo.get("ttfv_ms", 0)
+    return f"TTFV {ttfv:g} ms for reasoning requests, " if ttfv else ""
+
 def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
@@ -133,7 +139,8 @@ def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[f
         out["simulator"]["ratio_meridian_no_forcing_to_vllm_fcfs_async"] = sim_ratios[" (async)"]
     lines = ["# Goodput: the real vLLM scheduler on the simulator's clock", "",
              f"Highest rate (new conversations/s) with >= {out['attainment_target_pct']:g}% of requests within "
-             f"the SLO (TTFT {context['slo']['ttft_ms']:g} ms, answer TPOT {context['slo']['output_tpot_ms']:g} ms, "
+             f"the SLO (TTFT {context['slo']['ttft_ms']:g} ms, {_ttfv_text(context['slo'])}"
+             f"answer TPOT {context['slo']['output_tpot_ms']:g} ms, "
              f"think TPOT {context['slo']['think_tpot_ms']:g} ms); {context['workload']}, seeds "
              f"{', '.join(map(str, seeds))}. Each engine arm beside the simulator's model of it.", "",
              f"| engine arm (vLLM {context['vllm_version']}) | goodput | per seed | ratio to {BASELINE} "
