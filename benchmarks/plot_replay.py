@@ -19,6 +19,9 @@ one line printed per PNG:
   pareto.png         think tokens saved vs forced-before-answer, static
                      budgets against Meridian's forcing settings
                      (only when pareto.json exists)
+  slo_grid.png       each policy's goodput divided by vllm-best's per SLO set
+                     (by vllm-fcfs's when vllm-best did not run), with the
+                     paired 95% interval (only when slo-grid.json exists)
 
 Exits with status 2 when DIR has none of those reports.
 Needs matplotlib (and numpy, which matplotlib pulls in).
@@ -47,6 +50,8 @@ POLICY_COLORS: dict[str, str] = {
     "vllm-fcfs-tuned": "#4d4d4d",
     "vllm-priority": "#9fb7cf",
     "static-budget": "#c9a77c",
+    "vllm-best": "#2f2f2f",
+    "pascal": "#2ca02c",
     "meridian-no-forcing": "#b39ddb",
     "meridian": "#d62728",
 }
@@ -237,6 +242,39 @@ def plot_goodput(goodput: Json, order: list[str], out_dir: pathlib.Path) -> None
     save(fig, out_dir, "goodput.png")
 
 
+def plot_slo_grid(grid: Json, out_dir: pathlib.Path) -> None:
+    """Grouped bars: per SLO set, each policy's goodput over the reference policy's (paired per seed)."""
+    sets = grid.get("sets", [])
+    if not sets:
+        return
+    policies = list(sets[0].get("goodput_rps", {}))
+    reference = "vllm-best" if "vllm-best" in policies else policies[0]
+    shown = [p for p in policies if p != reference]
+    fig, ax = plt.subplots(figsize=(max(FIGSIZE[0], 1.1 * len(sets)), FIGSIZE[1]))
+    width = 0.8 / max(1, len(shown))
+    for k, policy in enumerate(shown):
+        means, low_err, high_err = [], [], []
+        for s in sets:
+            per = s["goodput_rps"].get(policy, {}).get("per_seed", [])
+            ref = s["goodput_rps"].get(reference, {}).get("per_seed", [])
+            ratios = [a / b for a, b in zip(per, ref) if a is not None and b]
+            mean = sum(ratios) / len(ratios) if ratios else 0.0
+            stat = s.get("ratio_to_vllm_best", {}).get(policy) if reference == "vllm-best" else None
+            low, high = stat["ci95"] if stat and None not in stat["ci95"] else (mean, mean)
+            means.append(mean)
+            low_err.append(max(0.0, mean - low))
+            high_err.append(max(0.0, high - mean))
+        xs = [i + (k - (len(shown) - 1) / 2) * width for i in range(len(sets))]
+        ax.bar(xs, means, width=width, yerr=[low_err, high_err], capsize=2, label=policy,
+               color=policy_color(policy, policies))
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1.0)
+    ax.set_xticks(range(len(sets)))
+    ax.set_xticklabels([s["label"].replace(" / ", "\n") for s in sets], fontsize=7)
+    finish_axes(ax, f"Goodput ÷ {reference} per SLO set ({grid.get('context', {}).get('workload', '')})",
+                "SLO set", f"goodput ÷ {reference}")
+    save(fig, out_dir, "slo_grid.png")
+
+
 def plot_pareto(pareto: Json, order: list[str], out_dir: pathlib.Path) -> None:
     """Think tokens saved (x) against forced-before-answer (y): static curve and Meridian's points."""
     fig, ax = plt.subplots(figsize=FIGSIZE)
@@ -286,9 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     sweep = load_json(run_dir / "load-sweep.json")
     goodput = load_json(run_dir / "goodput.json")
     pareto = load_json(run_dir / "pareto.json")
-    if ab_report is None and sweep is None and goodput is None and pareto is None:
-        print(f"plot_replay: no ab-report.json, load-sweep.json, goodput.json or pareto.json in {run_dir}",
-              file=sys.stderr)
+    grid = load_json(run_dir / "slo-grid.json")
+    if ab_report is None and sweep is None and goodput is None and pareto is None and grid is None:
+        print(f"plot_replay: no ab-report.json, load-sweep.json, goodput.json, pareto.json or slo-grid.json in "
+              f"{run_dir}", file=sys.stderr)
         return 2
     out_dir: pathlib.Path = args.out if args.out is not None else run_dir / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -311,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         plot_goodput(goodput, order, out_dir)
     if pareto is not None:
         plot_pareto(pareto, order, out_dir)
+    if grid is not None:
+        plot_slo_grid(grid, out_dir)
     return 0
 
 

@@ -30,6 +30,7 @@
 #include "meridian/log.h"
 #include "meridian/metrics.h"
 #include "meridian/replay_study.h"
+#include "meridian/slo_grid.h"
 #include "meridian/telemetry.h"
 #include "option_checks.h"
 #include <unistd.h>
@@ -55,6 +56,7 @@ struct ReplayCliOptions {
   unsigned jobs = 0;
   bool goodput = false;
   bool pareto = false;
+  bool slo_grid = false;
   std::optional<double> arrival_rate;
   std::optional<double> duration_s;
   std::optional<double> reasoning_ratio;
@@ -179,8 +181,13 @@ class ProgressBar {
   bool shown_ = false;
 };
 
-// "all": every policy, and vllm-best when the goodput search that picks its setting runs.
-std::vector<PolicyKind> parse_policies(const std::string& text, bool goodput) {
+// "all": every policy, and vllm-best when the goodput search that picks its setting runs;
+// with --slo-grid, the grid's baselines and Meridian.
+std::vector<PolicyKind> parse_policies(const std::string& text, bool goodput, bool slo_grid) {
+  if (text == "all" && slo_grid) {
+    return {PolicyKind::kVllmFcfs, PolicyKind::kVllmBest, PolicyKind::kPascal, PolicyKind::kMeridianNoForcing,
+            PolicyKind::kMeridian};
+  }
   if (text == "all") {
     std::vector<PolicyKind> all(sim::kAllPolicies.begin(), sim::kAllPolicies.end());
     if (goodput) all.insert(all.begin() + 3, PolicyKind::kVllmBest);  // after the other vLLM policies
@@ -194,7 +201,7 @@ std::vector<PolicyKind> parse_policies(const std::string& text, bool goodput) {
     if (!p) {
       throw UsageError(
           fmt::format("--policies: unknown policy \"{}\" (known: vllm-fcfs, vllm-fcfs-tuned, vllm-priority, "
-                      "vllm-best, static-budget, meridian-no-forcing, meridian, all)",
+                      "vllm-best, static-budget, pascal, meridian-no-forcing, meridian, all)",
                       name));
     }
     out.push_back(*p);
@@ -407,7 +414,12 @@ int run_replay_command(const ReplayCliOptions& o) {
   configure_cli_logging(config.logging);
   log_config_loaded(config_files, config);
   check_derived(o, params, config);
-  const auto policies = parse_policies(o.policies, o.goodput);
+  const auto policies = parse_policies(o.policies, o.goodput || o.slo_grid, o.slo_grid);
+  if (o.slo_grid && (!o.trace.empty() || o.goodput || o.pareto || !o.load_sweep.empty())) {
+    throw UsageError(
+        "--slo-grid runs the goodput search per SLO set on the synthetic workload; it cannot be combined "
+        "with --trace, --goodput, --pareto or --load-sweep");
+  }
   if (!o.trace.empty() && o.goodput) {
     throw UsageError("--goodput varies the synthetic arrival rate; it cannot be used with --trace");
   }
@@ -430,7 +442,7 @@ int run_replay_command(const ReplayCliOptions& o) {
   const fs::path out_dir(o.out_dir);
   fs::create_directories(out_dir);
   check_out_dir(out_dir, policies);
-  if (vllm_best && !o.goodput) {  // its setting first: the goodput search over the settings
+  if (vllm_best && !o.goodput && !o.slo_grid) {  // its setting first: the goodput search over the settings
     bar.start(fmt::format("vllm-best: goodput of {} vLLM settings", sim::vllm_best_settings().size()));
     const sim::GoodputResult g = sim::find_goodput({PolicyKind::kVllmBest}, study);
     bar.finish();
@@ -465,6 +477,21 @@ int run_replay_command(const ReplayCliOptions& o) {
     std::ofstream trace(out_dir / "workload.jsonl");
     sim::write_trace(first, trace);
     if (!trace) throw Error(fmt::format("cannot write {}", (out_dir / "workload.jsonl").string()));
+  }
+
+  if (o.slo_grid) {
+    const std::vector<sim::SloSet> sets = sim::slo_grid_sets(params.slo);
+    const sim::SloGridResult grid = sim::run_slo_grid(policies, study, sets, [&](std::size_t i) {
+      bar.finish();
+      bar.start(fmt::format("SLO grid {}/{}: {}", i + 1, sets.size(), sets[i].label));
+    });
+    bar.finish();
+    write_file(out_dir / "slo-grid.json", sim::slo_grid_json(grid, ctx));
+    const std::string md = sim::slo_grid_markdown(grid, ctx);
+    write_file(out_dir / "slo-grid.md", md);
+    fmt::print("{}\nwrote {}/slo-grid.{{json,md}} (plots: benchmarks/plot_replay.py {})\n", md,
+               out_dir.string(), out_dir.string());
+    return 0;
   }
 
   if (o.goodput) {
@@ -547,10 +574,11 @@ int run_replay_command(const ReplayCliOptions& o) {
 std::function<int()> add_replay(CLI::App& app) {
   auto o = std::make_shared<ReplayCliOptions>();
   CLI::App* sub = app.add_subcommand("replay", "A/B replay simulator: Meridian against vLLM's policies");
-  sub->add_option(
-         "--policies", o->policies,
-         "comma-separated: vllm-fcfs, vllm-fcfs-tuned, vllm-priority, vllm-best, static-budget, "
-         "meridian-no-forcing, meridian; or all (vllm-best only with --goodput, which picks its setting)")
+  sub->add_option("--policies", o->policies,
+                  "comma-separated: vllm-fcfs, vllm-fcfs-tuned, vllm-priority, vllm-best, static-budget, "
+                  "pascal, meridian-no-forcing, meridian; or all (vllm-best with --goodput or --slo-grid, "
+                  "which pick its "
+                  "setting)")
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "first workload and signal seed")
       ->transform(integer_in(0, std::numeric_limits<std::uint64_t>::max()))
@@ -565,6 +593,10 @@ std::function<int()> add_replay(CLI::App& app) {
   sub->add_flag(
       "--goodput", o->goodput,
       "also find each policy's goodput (highest rate with [slo] attainment met); writes goodput.json");
+  sub->add_flag("--slo-grid", o->slo_grid,
+                "find each policy's goodput under every SLO set of the grid (docs/replay.md#the-slo-grid; "
+                "policies all: vllm-fcfs, vllm-best, pascal, meridian-no-forcing, meridian); writes "
+                "slo-grid.{json,md}");
   sub->add_flag("--pareto", o->pareto,
                 "also sweep static thinking budgets and Meridian's forcing thresholds; writes pareto.json");
   sub->add_option("--arrival-rate", o->arrival_rate,

@@ -43,14 +43,20 @@ enum class PolicyKind : std::uint8_t {
   /// StudyOptions::vllm_best carries it). A study-level policy: run_replay()
   /// refuses it, and it is not in kAllPolicies.
   kVllmBest = 6,
+  /// PASCAL (HPCA 2026, arXiv 2602.11530), the phase-aware peer, in one
+  /// instance on vLLM's scheduler: reasoning first, round-robin per queue,
+  /// answering preempted first, an answer-token pacer at the answer TPOT SLO
+  /// (docs/replay.md#pascal).
+  kPascal = 7,
 };
-/// Every policy, in report order: the vLLM baselines first, then Meridian.
-inline constexpr std::array<PolicyKind, 6> kAllPolicies = {
-    PolicyKind::kVllmFcfs,     PolicyKind::kVllmFcfsTuned,     PolicyKind::kVllmPriority,
-    PolicyKind::kStaticBudget, PolicyKind::kMeridianNoForcing, PolicyKind::kMeridian};
+/// Every policy, in report order: the vLLM baselines first, the peer, then Meridian.
+inline constexpr std::array<PolicyKind, 7> kAllPolicies = {
+    PolicyKind::kVllmFcfs,     PolicyKind::kVllmFcfsTuned, PolicyKind::kVllmPriority,
+    PolicyKind::kStaticBudget, PolicyKind::kPascal,        PolicyKind::kMeridianNoForcing,
+    PolicyKind::kMeridian};
 [[nodiscard]] std::string_view to_string(PolicyKind policy) noexcept;
 /// "meridian", "meridian-no-forcing", "vllm-fcfs", "vllm-fcfs-tuned", "vllm-priority", "static-budget",
-/// "vllm-best".
+/// "vllm-best", "pascal".
 [[nodiscard]] std::optional<PolicyKind> parse_policy(std::string_view name) noexcept;
 /// Whether the policy is Meridian's (tiered KV, phase-aware scheduling).
 [[nodiscard]] constexpr bool is_meridian(PolicyKind p) noexcept {
@@ -76,6 +82,10 @@ struct EngineParams {
   /// vLLM's long_prefill_token_threshold for the vllm-* policies: a prefill
   /// chunk is cut to this many tokens (0: off, vLLM's default).
   std::uint32_t long_prefill_token_threshold = 0;
+  /// pascal's answer pacer paces at this share of [slo] output_tpot_ms (0: no
+  /// pacer). 0.5 gave PASCAL its highest goodput of {1, 0.8, 0.5, 0}
+  /// (docs/replay.md#pascal): at 1 its tokens land on the SLO's edge.
+  double pascal_pace_fraction = 0.5;
   /// vLLM's scheduler_reserve_full_isl (on by default in 0.32): a waiting
   /// request is admitted only if KV for its whole sequence fits, not just
   /// its first chunk (vllm-* policies).

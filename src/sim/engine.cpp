@@ -103,10 +103,13 @@ class Engine {
           detail::make_meridian_policy(so, StepCostModel::from_config(o.config.scheduler), limits, pool_);
     } else {
       const bool tuned = o.policy == PolicyKind::kVllmFcfsTuned;
+      detail::PascalOptions pascal;
+      pascal.enabled = o.policy == PolicyKind::kPascal;
+      pascal.pace_ms = e.pascal_pace_fraction * o.params.slo.output_tpot_ms;
       policy_ = detail::make_vllm_policy(
           {o.policy == PolicyKind::kVllmPriority,
            tuned ? e.tuned_max_num_batched_tokens : e.max_num_batched_tokens, e.max_num_seqs,
-           e.long_prefill_token_threshold, e.scheduler_reserve_full_isl},
+           e.long_prefill_token_threshold, e.scheduler_reserve_full_isl, pascal},
           pool_);
     }
     async_ = e.async_scheduling;

@@ -19,6 +19,7 @@ RouterLimits router_limits(PolicyKind policy, const ReplayOptions& o) {
     case PolicyKind::kVllmFcfsTuned:
     case PolicyKind::kVllmPriority:
     case PolicyKind::kVllmBest:
+    case PolicyKind::kPascal:
       limits.max_think_tokens = std::numeric_limits<std::uint64_t>::max();  // vLLM: no think cap
       break;
     case PolicyKind::kStaticBudget:

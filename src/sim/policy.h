@@ -98,12 +98,29 @@ class SchedulingPolicy {
   [[nodiscard]] virtual const DualQueueScheduler* scheduler() const { return nullptr; }
 };
 
+/// PASCAL (Huang et al., HPCA 2026, arXiv 2602.11530) inside one instance,
+/// on vLLM's scheduler (docs/replay.md#pascal states each reading):
+/// reasoning first (new requests and think decode rank above answering; a
+/// reasoning request that has thought demote_think_tokens moves to the answer
+/// queue), round-robin within each queue with a quantum of decoded tokens,
+/// answering preempted first, and an answer-token pacer that skips an answer
+/// decode while the request's tokens are ahead of pace_ms per token.
+struct PascalOptions {
+  bool enabled = false;
+  double pace_ms = 20;                       ///< the answer TPOT SLO
+  std::uint32_t quantum_tokens = 500;        ///< the paper's round-robin quantum
+  std::uint32_t demote_think_tokens = 5000;  ///< the paper's reasoning-queue limit
+  /// A new request may preempt answering requests to be admitted.
+  bool admission_preempts = true;
+};
+
 struct VllmPolicyOptions {
   bool priority = false;  ///< --scheduling-policy priority
   std::uint32_t max_num_batched_tokens = 8192;
   std::uint32_t max_num_seqs = 1024;
   std::uint32_t long_prefill_token_threshold = 0;  ///< 0: off
   bool reserve_full_isl = true;                    ///< scheduler_reserve_full_isl
+  PascalOptions pascal = {};                       ///< PASCAL's ranking and pacer (priority ignored)
 };
 
 std::unique_ptr<SchedulingPolicy> make_vllm_policy(const VllmPolicyOptions& options, KvPool& pool);

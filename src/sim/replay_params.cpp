@@ -72,6 +72,7 @@ TableSpec replay_spec(ReplayParams& p) {
                     {"max_num_seqs", &e.max_num_seqs, in(1, 65536)},
                     {"thinking_token_budget", &e.thinking_token_budget, in(1, kU32Max)},
                     {"long_prefill_token_threshold", &e.long_prefill_token_threshold, in(0, 1048576)},
+                    {"pascal_pace_fraction", &e.pascal_pace_fraction, in(0, 10)},
                     {"scheduler_reserve_full_isl", &e.scheduler_reserve_full_isl},
                     {"kv_free_tail_first", &e.kv_free_tail_first},
                     {"async_scheduling", &e.async_scheduling},

@@ -42,6 +42,7 @@ std::string_view to_string(PolicyKind policy) noexcept {
     case PolicyKind::kMeridianNoForcing: return "meridian-no-forcing";
     case PolicyKind::kMeridian: return "meridian";
     case PolicyKind::kVllmBest: return "vllm-best";
+    case PolicyKind::kPascal: return "pascal";
   }
   return "?";
 }

@@ -400,7 +400,7 @@ std::string goodput_json(const GoodputResult& g, const ReportContext& context) {
   for (PolicyKind cand : {PolicyKind::kMeridian, PolicyKind::kMeridianNoForcing}) {
     ordered_json per;
     for (PolicyKind base : {PolicyKind::kVllmFcfs, PolicyKind::kVllmFcfsTuned, PolicyKind::kVllmPriority,
-                            PolicyKind::kStaticBudget, PolicyKind::kVllmBest}) {
+                            PolicyKind::kStaticBudget, PolicyKind::kVllmBest, PolicyKind::kPascal}) {
       if (const auto r = g.ratio(cand, base)) per[std::string(to_string(base))] = stat_json(*r);
     }
     if (!per.empty()) ratios[std::string(to_string(cand))] = per;

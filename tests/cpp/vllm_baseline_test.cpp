@@ -36,12 +36,14 @@ class VllmTrace {
     policy_->add({id, Phase::kThinkDecode, prompt, 0, static_cast<std::int64_t>(id)}, priority);
   }
 
-  Row step() {
-    const EngineStep& s = policy_->plan(0);
+  Row step() { return step_at(0, 1.0, 0); }
+  // A step planned at `now_ns` that takes `ms` (and ends at now_ns + ms, or `end_ns` when given).
+  Row step_at(std::int64_t now_ns, double ms, std::int64_t end_ns = -1) {
+    const EngineStep& s = policy_->plan(now_ns);
     Row row;
     for (const StepItem& w : s.items) row.scheduled.push_back(w.id);
     for (const Preemption& p : s.preempted) row.preempted.push_back(p.id);
-    policy_->complete(1.0, 0);
+    policy_->complete(ms, end_ns >= 0 ? end_ns : now_ns + static_cast<std::int64_t>(ms * 1e6));
     return row;
   }
 
@@ -180,6 +182,91 @@ TEST(VllmFcfsTrace, LongPrefillThresholdCutsChunksOnlyWhenOthersAreEligible) {
   off.add(1, 16);
   off.add(2, 16);
   EXPECT_EQ(off.step_tokens(), (std::vector<std::uint32_t>{16, 16}));
+}
+
+VllmPolicyOptions pascal_options(std::uint32_t quantum = 500, std::uint32_t demote = 5000) {
+  VllmPolicyOptions o{false, 64, 16};
+  o.pascal.enabled = true;
+  o.pascal.pace_ms = 10;
+  o.pascal.quantum_tokens = quantum;
+  o.pascal.demote_think_tokens = demote;
+  return o;
+}
+
+TEST(PascalTrace, AnsweringIsPreemptedBeforeReasoningWhateverItsArrival) {
+  // As PreemptsTheTailOfTheRunningList, but the oldest request is answering:
+  // PASCAL preempts it, where FCFS preempts the newest (3).
+  VllmTrace t(pascal_options(), 5);
+  t.add(1, 4);
+  t.add(2, 4);
+  t.add(3, 4);
+  EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1, 2, 3}));
+  t.policy().set_phase(1, Phase::kOutputDecode);
+  const Row row = t.step();
+  EXPECT_EQ(row.scheduled, (std::vector<RequestId>{2, 3}));
+  EXPECT_EQ(row.preempted, (std::vector<RequestId>{1}));
+}
+
+TEST(PascalTrace, LongReasoningIsDemotedAndRoundsRotateTheQueue) {
+  {  // 1 thought 2 tokens = the demotion limit: it ranks with answering, below 2 and 3.
+    VllmTrace t(pascal_options(500, 2), 4);
+    t.add(1, 4);
+    EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));  // prefill: its first think token
+    EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));  // 2nd think token, a 2nd block
+    t.add(2, 4);
+    t.add(3, 4);
+    EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1, 2, 3}));  // 4 blocks: all in use
+    const Row row = t.step();  // 2 and 3 need a 2nd block: the demoted 1 goes
+    EXPECT_EQ(row.preempted, (std::vector<RequestId>{1}));
+    EXPECT_EQ(row.scheduled, (std::vector<RequestId>{2, 3}));
+  }
+  // A quantum of 2 tokens: 1 used its first round, so 2 and 3 (round 0) rank above it.
+  VllmTrace t(pascal_options(2), 4);
+  t.add(1, 4);
+  EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));
+  EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));
+  t.add(2, 4);
+  t.add(3, 4);
+  EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1, 2, 3}));
+  EXPECT_EQ(t.step().preempted, (std::vector<RequestId>{1}));
+}
+
+TEST(PascalTrace, ANewRequestPreemptsAnswersNotReasoningToBeAdmitted) {
+  for (const bool answering : {true, false}) {
+    // 4 blocks; request 1 (8-token prompt) comes to hold 3; request 2 needs 2.
+    VllmTrace t(pascal_options(), 4);
+    t.add(1, 8);
+    EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));
+    if (answering) t.policy().set_phase(1, Phase::kOutputDecode);
+    EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));  // its 3rd block
+    t.add(2, 8);
+    const Row row = t.step();
+    if (answering) {  // reasoning preempts answering
+      EXPECT_EQ(row.scheduled, (std::vector<RequestId>{2}));
+      EXPECT_EQ(row.preempted, (std::vector<RequestId>{1}));
+    } else {  // two reasoning requests: 2 waits, as in vLLM
+      EXPECT_EQ(row.scheduled, (std::vector<RequestId>{1}));
+      EXPECT_TRUE(row.preempted.empty());
+    }
+  }
+}
+
+TEST(PascalTrace, ThePacerHoldsAnAnswerAheadOfPaceUnlessTheStepWouldBeEmpty) {
+  constexpr std::int64_t kMs = 1'000'000;
+  VllmTrace t(pascal_options(), 64);  // pace 10 ms per answer token
+  t.add(1, 4);
+  t.policy().set_phase(1, Phase::kOutputDecode);                        // a chat request
+  EXPECT_EQ(t.step_at(0, 1.0).scheduled, (std::vector<RequestId>{1}));  // its first answer token at 1 ms
+  t.add(2, 4);
+  // The 2nd answer token is due at 11 ms: not before the step after next (1 ms steps).
+  EXPECT_EQ(t.step_at(1 * kMs, 1.0).scheduled, (std::vector<RequestId>{2}));
+  EXPECT_EQ(t.step_at(2 * kMs, 1.0).scheduled, (std::vector<RequestId>{2}));
+  EXPECT_EQ(t.step_at(8 * kMs, 1.0).scheduled, (std::vector<RequestId>{2}));     // 11 > 8 + 2
+  EXPECT_EQ(t.step_at(9 * kMs, 1.0).scheduled, (std::vector<RequestId>{2, 1}));  // 11 <= 9 + 2
+  // Alone, an answer ahead of pace still runs: the GPU would otherwise idle.
+  t.policy().finish(2);
+  t.kv().release(2, ReleaseKind::kFinished);
+  EXPECT_EQ(t.step_at(10 * kMs, 1.0).scheduled, (std::vector<RequestId>{1}));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 """`meridian replay` as an operator runs it: the report contract of SPEC §4,
 determinism, bad input, and the plots made from its output."""
+import importlib.util
 import json
 import os
 import pathlib
@@ -397,3 +398,26 @@ def test_a_ttfv_bound_is_judged_on_reasoning_requests(meridian_bin, tmp_path):
     assert runs["tight"]["slo_attainment_reasoning_pct"] == 0
     assert runs["tight"]["slo_attainment_chat_pct"] == runs["off"]["slo_attainment_chat_pct"]
     assert runs["tight"]["slo_miss_ttfv_pct"] > 0
+
+
+def test_slo_grid_writes_every_set_and_its_plot(meridian_bin, tmp_path):
+    result = replay(meridian_bin, tmp_path, "--slo-grid", "--seeds", "1", "--policies",
+                    "vllm-fcfs,pascal,meridian-no-forcing")
+    assert result.returncode == 0, result.stderr
+    assert "# SLO grid" in result.stdout
+    grid = json.loads((tmp_path / "slo-grid.json").read_text())
+    assert [s["slo"]["ttft_ms"] for s in grid["sets"]] == [500] * 4 + [2000] * 4 + [1000, 1000]
+    assert grid["sets"][-1]["slo"]["ttfv_ms"] == 60000 and grid["sets"][-2]["slo"]["ttfv_ms"] == 0
+    for s in grid["sets"]:
+        assert set(s["goodput_rps"]) == {"vllm-fcfs", "pascal", "meridian-no-forcing"}
+        assert all(v > 0 for v in s["goodput_rps"]["vllm-fcfs"]["per_seed"])
+    # No vllm-best ran: only the targets against the baselines that did.
+    assert {t["baseline"] for t in grid["targets"]} == {"vllm-fcfs", "pascal"}
+    assert (tmp_path / "slo-grid.md").read_text().startswith("# SLO grid")
+    if importlib.util.find_spec("matplotlib") is not None:
+        plots = subprocess.run([sys.executable, str(REPO / "benchmarks" / "plot_replay.py"), str(tmp_path)],
+                               capture_output=True, text=True, timeout=300)
+        assert plots.returncode == 0, plots.stderr
+        assert (tmp_path / "plots" / "slo_grid.png").stat().st_size > 0
+    bad = replay(meridian_bin, tmp_path, "--slo-grid", "--goodput")
+    assert bad.returncode == 2 and "--slo-grid runs the goodput search per SLO set" in bad.stderr
