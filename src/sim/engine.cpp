@@ -95,6 +95,10 @@ class Engine {
       limits.token_budget = e.max_num_batched_tokens;
       limits.max_sequences = e.max_num_seqs;
       SchedulerOptions so = SchedulerOptions::from_config(o.config, kv_.usage().total_blocks);
+      // Meridian is given the SLO it is judged by, as an operator sets the
+      // [scheduler] budgets to theirs (docs/replay.md#the-slo-grid).
+      so.output_tpot_budget_ms = o.params.slo.output_tpot_ms;
+      so.think_tpot_budget_ms = o.params.slo.think_tpot_ms;
       if (disagg_on()) {  // victims go over the fabric (ReclaimMode::kOffload)
         so.fabric_offload = true;
         link_.emplace(o.params.disagg, kv_.options().block_size_bytes, block_tokens_, w_.requests.size());

@@ -421,3 +421,21 @@ def test_slo_grid_writes_every_set_and_its_plot(meridian_bin, tmp_path):
         assert (tmp_path / "plots" / "slo_grid.png").stat().st_size > 0
     bad = replay(meridian_bin, tmp_path, "--slo-grid", "--goodput")
     assert bad.returncode == 2 and "--slo-grid runs the goodput search per SLO set" in bad.stderr
+
+
+def test_meridian_follows_the_slo_it_is_judged_by(meridian_bin, tmp_path):
+    """The replay gives Meridian's scheduler the [slo] answer and think TPOT as its budgets (as an
+    operator configures [scheduler] to their SLO): a 15 ms answer SLO keeps its steps under 15 ms
+    where a 40 ms one lets them grow."""
+    itl = {}
+    for answer in (15, 40):
+        params = tmp_path / f"slo-{answer}.toml"
+        params.write_text(f"[slo]\noutput_tpot_ms = {answer}\nthink_tpot_ms = 40\n")
+        out = tmp_path / str(answer)
+        cmd = [str(meridian_bin), "replay", "--params", str(params), "--workload", "mixed", "--duration-s", "120",
+               "--arrival-rate", "3", "--policies", "meridian-no-forcing", "--seeds", "1", "--out-dir", str(out)]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        itl[answer] = json.loads((out / "ab-report.json").read_text())["runs"]["meridian-no-forcing"][
+            "output_itl_p99_ms"]
+    assert itl[15] <= 15 < itl[40], itl
