@@ -1,5 +1,6 @@
 // DualQueueScheduler's public methods; the step algorithm itself is in
 // scheduler/scheduler_impl.h.
+#include <limits>
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -118,6 +119,9 @@ bool DualQueueScheduler::set_phase(RequestId id, Phase phase) {
   if (phase != Phase::kOutputDecode || r.phase == Phase::kOutputDecode) return true;
   r.phase = Phase::kOutputDecode;
   r.think_blocks = 0;  // demoted to ThinkComplete
+  // Its answer deadlines count from its first answer token, still to come.
+  m.table.cold(s).answer_base = r.generated;
+  r.deadline_ns = std::numeric_limits<std::int64_t>::max();
   // Served first on the very next step, ahead of answers already streaming.
   if (r.queue == Queue::kThinkQueue) m.table.push_front(Queue::kOutputQueue, s);
   return true;

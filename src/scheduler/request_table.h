@@ -36,7 +36,11 @@ enum Queue : std::uint8_t {
 // admission, preemption and step completion read.
 struct alignas(64) Slot {
   RequestId id = 0;
-  std::int64_t think_deadline_ns = 0;  ///< the think guarantee's deadline for the next token (ADR-0015)
+  /// When the next token must land. Think phase: the think guarantee's
+  /// deadline (ADR-0015). Answer phase: the latest time that keeps the mean
+  /// answer gap within output_tpot_budget_ms (ADR-0026); max until the first
+  /// answer token.
+  std::int64_t deadline_ns = 0;
   std::uint64_t batch_step = std::numeric_limits<std::uint64_t>::max();  ///< step it was planned in
   std::uint64_t stalled_step = 0;  ///< last step it was runnable but got no KV block
   std::uint32_t prompt = 0;
@@ -59,6 +63,8 @@ struct SlotCold {
   std::uint32_t target = 0;            ///< prefill target (prompt, or prompt + generated on recompute)
   std::uint32_t shared_blocks = 0;     ///< prefix-cache blocks that preemption would not free
   std::uint32_t preemptions = 0;
+  std::int64_t first_answer_ns = 0;  ///< when its first answer token came (0: none yet)
+  std::uint32_t answer_base = 0;     ///< `generated` when it entered the answer phase
   bool admitted = false;  ///< its (re)prefill has started: the admission watermark no longer applies
 };
 

@@ -75,9 +75,15 @@ struct DualQueueScheduler::Impl {
   // Answer-active steps aim this far below the output TPOT budget: the learned
   // step model is an estimate, and due work and the prefill floor ride on top.
   static constexpr double kOutputCeilingShare = 0.9;
-  // Prefill borrows the unused ceiling of about this many recent steps (the
-  // step-time EWMA's horizon at alpha 0.25).
+  // Without answers, prefill borrows the unused ceiling of about this many
+  // recent steps (the step-time EWMA's horizon at alpha 0.25).
   static constexpr double kPrefillSlackSteps = 4.0;
+  // With answers, the step ceiling follows their slack (ADR-0026): never
+  // above one budget (a single gap within the SLO's mean), never below half
+  // of one (a late answer does not shrink every step to nothing), and the
+  // prefill may take the slack they banked, up to this many budgets.
+  static constexpr double kMinCeilingBudgets = 0.5;
+  static constexpr double kMaxPrefillBudgets = 5.0;
   // Backstop of the think guarantee: no single think gap beyond this many budgets.
   static constexpr double kMaxGapBudgets = 4.0;
   // Memory pressure ends once this share of the pool (1/50 = 2%) is free beyond
@@ -126,12 +132,14 @@ struct DualQueueScheduler::Impl {
   // The think guarantee in ns, computed once: think_deadline() runs for
   // every served think request and a division there was most of its cost.
   double think_budget_ns = 0;
+  double output_budget_ns = 0;
   std::int64_t max_think_gap_ns = 0;
 
   Impl(const SchedulerOptions& o, StepCostModel m)
       : opt(o),
         model(m),
         think_budget_ns(o.think_tpot_budget_ms / kNsToMs),
+        output_budget_ns(o.output_tpot_budget_ms / kNsToMs),
         max_think_gap_ns(span_ns(kMaxGapBudgets * think_budget_ns)) {
     if (std::has_single_bit(o.block_tokens)) block_shift = std::countr_zero(o.block_tokens);
   }
@@ -392,7 +400,7 @@ struct DualQueueScheduler::Impl {
     constexpr double kSteps = 2 + kNextStepMargin;
     const std::int64_t horizon_end_ns = clock_plus(now_ns, span_ns(kSteps * floor_ms / kNsToMs));
     auto is_due = [&](const Slot& r) {
-      return horizon_end_ns > r.think_deadline_ns || (r.stalled_step != 0 && r.stalled_step + 1 == step);
+      return horizon_end_ns > r.deadline_ns || (r.stalled_step != 0 && r.stalled_step + 1 == step);
     };
     earliest_due_ns = std::numeric_limits<std::int64_t>::max();
     for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
@@ -400,7 +408,7 @@ struct DualQueueScheduler::Impl {
       if (!is_due(table.at(s))) continue;
       if (try_decode(s, true, true)) {
         ++plan.stats.due_think;
-        const std::int64_t deadline = table.at(s).think_deadline_ns;
+        const std::int64_t deadline = table.at(s).deadline_ns;
         if (deadline > now_ns) earliest_due_ns = std::min(earliest_due_ns, deadline);
       }
     }
@@ -768,20 +776,31 @@ struct DualQueueScheduler::Impl {
     st.output_batch_budget = output_batch_budget(running_count, limits.max_sequences);
     st.think_batch_cap = static_cast<std::uint32_t>(
         std::max(1.0, std::floor(opt.think_batch_multiplier * st.output_batch_budget)));
-    // Without answers, steps stay short enough that a think request may be
-    // skipped at least once: two steps (plus margin) within half the budget.
-    st.step_ceiling_ms = output_active ? kOutputCeilingShare * opt.output_tpot_budget_ms
-                                       : opt.think_tpot_budget_ms / (2 * (2 + kNextStepMargin));
+    // With answers, the step ends before the earliest answer deadline (the
+    // slack of the tightest answer, within [kMinCeilingBudgets, 1] budgets).
+    // Without, steps stay short enough that a think request may be skipped
+    // at least once: two steps (plus margin) within half the budget.
+    const double answer_budget_ms = opt.output_tpot_budget_ms;
+    const double answer_slack = answer_slack_ms(now_ns);
+    st.step_ceiling_ms =
+        output_active
+            ? kOutputCeilingShare * std::clamp(answer_slack, kMinCeilingBudgets * answer_budget_ms, answer_budget_ms)
+            : opt.think_tpot_budget_ms / (2 * (2 + kNextStepMargin));
 
     decode_outputs();
     swap_in();
     const bool waiting = st.waiting_depth > 0 || limits.engine_prefill_tokens > 0;
     const std::uint32_t floor_tokens = waiting ? std::min(opt.min_prefill_tokens_per_step, tokens_left) : 0;
-    // Prefill may borrow what recent steps left unused below the ceiling: the
-    // answer SLO bounds the *mean* gap, so one longer step after a few short
-    // ones keeps it, and a prompt finishes in fewer steps (TTFT).
-    const double slack_ms = recent_step_ms > 0 ? std::max(0.0, st.step_ceiling_ms - recent_step_ms) : 0.0;
-    const double prefill_ceiling_ms = st.step_ceiling_ms + kPrefillSlackSteps * slack_ms;
+    // Prefill may borrow the time the answers banked: the answer SLO bounds
+    // the *mean* gap, so a longer step after short ones keeps every answer's
+    // mean, and a prompt finishes in fewer steps (TTFT). Without answers, what
+    // recent steps left unused below the ceiling.
+    const double unused_ms = recent_step_ms > 0 ? std::max(0.0, st.step_ceiling_ms - recent_step_ms) : 0.0;
+    const double prefill_ceiling_ms =
+        output_active && std::isfinite(answer_slack)
+            ? std::max(st.step_ceiling_ms,
+                       kOutputCeilingShare * std::min(answer_slack, kMaxPrefillBudgets * answer_budget_ms))
+            : st.step_ceiling_ms + kPrefillSlackSteps * unused_ms;
     // No step of this plan can be longer than one holding every running
     // request plus the prefill floor, the prefill's ceiling or the step
     // ceiling: bound S by it too.
@@ -809,6 +828,25 @@ struct DualQueueScheduler::Impl {
     finalize();
     plan_pending = true;
     return plan;
+  }
+
+  // The time to the earliest deadline of the running answers (infinite when
+  // none has had its first answer token): how long this step may run.
+  [[nodiscard]] double answer_slack_ms(std::int64_t now_ns) const {
+    std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
+    for (std::uint32_t s = table.front(Queue::kOutputQueue); s != kNil; s = table.at(s).next) {
+      earliest = std::min(earliest, table.at(s).deadline_ns);
+    }
+    if (earliest == std::numeric_limits<std::int64_t>::max()) return std::numeric_limits<double>::infinity();
+    return static_cast<double>(earliest - now_ns) * kNsToMs;
+  }
+
+  // An answer request's next deadline: the time that keeps the mean gap since
+  // its first answer token within output_tpot_budget_ms (ADR-0026).
+  [[nodiscard]] std::int64_t answer_deadline(const Slot& r, SlotCold& c, std::int64_t end_ns) const {
+    if (c.first_answer_ns == 0) c.first_answer_ns = end_ns;
+    const std::uint32_t answered = r.generated - std::min(r.generated, c.answer_base);
+    return clock_plus(c.first_answer_ns, span_ns(output_budget_ns * static_cast<double>(answered)));
   }
 
   // When a think request's next token must have come: skipped past it, its
@@ -878,7 +916,7 @@ struct DualQueueScheduler::Impl {
     ++r.generated;  // the chunk that completes prefill samples a token
     c.last_token_ns = end_ns;
     if (c.first_token_ns == 0) c.first_token_ns = end_ns;
-    r.think_deadline_ns = think_deadline(r, c);
+    r.deadline_ns = r.phase == Phase::kThinkDecode ? think_deadline(r, c) : answer_deadline(r, c, end_ns);
     guard_readmission(s);
     running_context += r.computed;
     table.push_back(r.phase == Phase::kOutputDecode ? Queue::kOutputQueue : Queue::kThinkQueue, s);
@@ -890,8 +928,7 @@ struct DualQueueScheduler::Impl {
     SlotCold& c = table.cold(s);
     ++r.generated;
     c.last_token_ns = end_ns;
-    // Only think requests have a deadline (answers never go back to thinking).
-    if (r.phase == Phase::kThinkDecode) r.think_deadline_ns = think_deadline(r, c);
+    r.deadline_ns = r.phase == Phase::kThinkDecode ? think_deadline(r, c) : answer_deadline(r, c, end_ns);
   }
 };
 

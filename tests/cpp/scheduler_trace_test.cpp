@@ -179,6 +179,35 @@ TEST(SchedulerTrace, ADueThinkDecodeEndsBeforeItsDeadlineWhenTheLastAnswerFinish
   EXPECT_EQ(rig.now_ns, 220'000'000);
 }
 
+TEST(SchedulerTrace, PrefillBorrowsTheTimeTheAnswersBankedAndALateAnswerShortensTheStep) {
+  // ADR-0026. One answer streams alone in 12 ms steps against a 20 ms budget: each step
+  // banks 8 ms of its mean. After five, its next token is due 60 ms ahead, and a long prompt
+  // may take 0.9 x 60 = 54 ms: 10 + 2 x (1 + 21). (The rule before it borrowed the unused
+  // ceiling of recent steps: 18 + 4 x 6 = 42 ms, 15 tokens.)
+  SchedulerOptions o = trace_options();
+  o.min_prefill_tokens_per_step = 4;
+  SchedulerRig rig(o, kCost);
+  rig.add(1, 4, false);
+  rig.step({}, kPrefillMs);  // its first answer token at t = 20 ms
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(rig.step(), "o1");
+  rig.add(2, 400);
+  EXPECT_EQ(rig.step(), "o1 p2:21");
+  // That step spent the bank but one: 60 - 54 + 20 = 26 ms to the next deadline, 23.4 ms of
+  // step (10 + 2 x 6).
+  EXPECT_EQ(rig.step(), "o1 p2:5");
+
+  // A late answer: one 60 ms step puts it 20 ms behind its mean. The step ceiling drops to
+  // 0.9 x 10 ms (half a budget, the floor): no optional think decode rides with it until it
+  // has caught up, where the fixed ceiling (18 ms) would have run three.
+  SchedulerRig late(trace_options(), kCost);
+  late.add(1, 4, false);
+  for (RequestId id = 2; id <= 4; ++id) late.add(id, 4);
+  late.step({}, kPrefillMs);
+  EXPECT_EQ(late.step({}, 60), "o1 t2 t3 t4");
+  EXPECT_EQ(late.step(), "o1");
+  EXPECT_EQ(late.step(), "o1");
+}
+
 TEST(SchedulerTrace, ChunkedPrefillIsFcfsAndLimitedByTheTokenBudget) {
   SchedulerRig rig(trace_options(), kCost);
   rig.add(1, 10);
