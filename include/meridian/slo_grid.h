@@ -47,8 +47,12 @@ struct SloGridTarget {
   std::string baseline;
   double goal = 1.0;
   SeedStat ratio;
-  [[nodiscard]] bool met() const noexcept { return ratio.mean >= goal; }
-  [[nodiscard]] bool win() const noexcept { return ratio.ci_low > goal; }
+  /// The baseline's goodput is 0 on every seed (no rate meets the
+  /// attainment target): the ratio is undefined, neither met nor missed.
+  bool baseline_zero = false;
+  double candidate_goodput = 0;  ///< its mean, shown when baseline_zero
+  [[nodiscard]] bool met() const noexcept { return !baseline_zero && ratio.mean >= goal; }
+  [[nodiscard]] bool win() const noexcept { return !baseline_zero && ratio.ci_low > goal; }
 };
 [[nodiscard]] std::vector<SloGridTarget> slo_grid_targets(const SloGridResult& grid);
 

@@ -82,10 +82,17 @@ std::vector<SloGridTarget> slo_grid_targets(const SloGridResult& grid) {
   for (std::size_t i = 0; i < grid.sets.size(); ++i) {
     const GoodputResult& g = grid.goodput[i];
     auto add = [&](PolicyKind candidate, PolicyKind baseline, double goal) {
+      const PolicyGoodput* c = g.find(candidate);
+      if (c == nullptr || g.find(baseline) == nullptr) return;
+      SloGridTarget t{
+          grid.sets[i].label, std::string(to_string(candidate)), std::string(to_string(baseline)), goal, {}};
       if (const auto r = g.ratio(candidate, baseline)) {
-        out.push_back({grid.sets[i].label, std::string(to_string(candidate)),
-                       std::string(to_string(baseline)), goal, *r});
+        t.ratio = *r;
+      } else {
+        t.baseline_zero = true;
+        t.candidate_goodput = c->goodput_rps.mean;
       }
+      out.push_back(t);
     };
     for (PolicyKind b : kBaselines) add(PolicyKind::kMeridianNoForcing, b, 1.0);
     add(PolicyKind::kMeridian, PolicyKind::kVllmBest, kForcingGoal);
@@ -131,13 +138,16 @@ std::string slo_grid_json(const SloGridResult& grid, const ReportContext& contex
   j["sets"] = sets;
   ordered_json targets = ordered_json::array();
   for (const SloGridTarget& t : slo_grid_targets(grid)) {
-    targets.push_back({{"set", t.set},
-                       {"candidate", t.candidate},
-                       {"baseline", t.baseline},
-                       {"goal", t.goal},
-                       {"ratio", stat_json(t.ratio)},
-                       {"met", t.met()},
-                       {"win", t.win()}});
+    targets.push_back(
+        {{"set", t.set},
+         {"candidate", t.candidate},
+         {"baseline", t.baseline},
+         {"goal", t.goal},
+         {"ratio", t.baseline_zero ? ordered_json(nullptr) : stat_json(t.ratio)},
+         {"baseline_zero", t.baseline_zero},
+         {"candidate_goodput_rps", t.baseline_zero ? number(t.candidate_goodput) : ordered_json(nullptr)},
+         {"met", t.baseline_zero ? ordered_json(nullptr) : ordered_json(t.met())},
+         {"win", t.win()}});
   }
   j["targets"] = targets;
   return j.dump(1) + "\n";
@@ -200,16 +210,25 @@ std::string slo_grid_markdown(const SloGridResult& grid, const ReportContext& co
         "\n## Targets\n\n| SLO set | candidate | baseline | goal | ratio [95% interval] | met |\n"
         "|---|---|---|---:|---:|---|\n";
     std::size_t met = 0;
+    std::size_t judged = 0;
     for (const SloGridTarget& t : targets) {
+      if (t.baseline_zero) {
+        out += fmt::format(
+            "| {} | {} | {} | >= {:g}x | n/a: {} meets the target at no rate ({}: {:.3g}) | n/a |\n", t.set,
+            t.candidate, t.baseline, t.goal, t.baseline, t.candidate, t.candidate_goodput);
+        continue;
+      }
+      ++judged;
       met += t.met() ? 1U : 0U;
+      const char* verdict = t.win() ? "yes (win)" : t.met() ? "yes" : "**no**";
       out += fmt::format("| {} | {} | {} | >= {:g}x | {} | {} |\n", t.set, t.candidate, t.baseline, t.goal,
-                         stat_cell(t.ratio),
-                         t.win()   ? "yes (win)"
-                         : t.met() ? "yes"
-                                   : "**no**");
+                         stat_cell(t.ratio), verdict);
     }
-    out += fmt::format("\n{} of {} targets met; \"win\": the paired interval is above the goal.\n", met,
-                       targets.size());
+    out += fmt::format(
+        "\n{} of {} targets met ({} not judged: the baseline's goodput is 0); \"win\": the paired interval "
+        "is "
+        "above the goal.\n",
+        met, judged, targets.size() - judged);
   }
   return out;
 }

@@ -68,7 +68,25 @@ TEST(SloGrid, TargetsJudgeEachSetAgainstEveryBaselineThatRan) {
   EXPECT_EQ(json["sets"][0]["goodput_rps"]["pascal"]["per_seed"].size(), 3U);
   EXPECT_EQ(json["targets"].size(), 2U);
   const std::string md = slo_grid_markdown(grid, ReportContext{});
-  EXPECT_NE(md.find("2 of 2 targets met"), std::string::npos) << md;
+  EXPECT_NE(md.find("2 of 2 targets met (0 not judged"), std::string::npos) << md;
+}
+
+TEST(SloGrid, ATargetWhoseBaselineNeverMeetsTheSloIsNotJudged) {
+  SloGridResult grid;
+  grid.sets = {SloSet{"ttfv", SloParams{}}};
+  GoodputResult g;
+  g.seeds = {1, 2};
+  g.policies = {goodput(PolicyKind::kVllmFcfs, {0.0, 0.0}),
+                goodput(PolicyKind::kMeridianNoForcing, {0.0, 0.0})};
+  grid.goodput = {g};
+  const std::vector<SloGridTarget> targets = slo_grid_targets(grid);
+  ASSERT_EQ(targets.size(), 1U);
+  EXPECT_TRUE(targets[0].baseline_zero);
+  EXPECT_FALSE(targets[0].met());
+  const auto json = nlohmann::json::parse(slo_grid_json(grid, ReportContext{}));
+  EXPECT_TRUE(json["targets"][0]["met"].is_null());
+  EXPECT_NE(slo_grid_markdown(grid, ReportContext{}).find("0 of 0 targets met (1 not judged"),
+            std::string::npos);
 }
 
 }  // namespace
