@@ -1,8 +1,8 @@
 // DualQueueScheduler's public methods; the step algorithm itself is in
 // scheduler/scheduler_impl.h.
-#include <limits>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include <fmt/format.h>

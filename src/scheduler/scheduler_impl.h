@@ -783,9 +783,9 @@ struct DualQueueScheduler::Impl {
     const double answer_budget_ms = opt.output_tpot_budget_ms;
     const double answer_slack = answer_slack_ms(now_ns);
     st.step_ceiling_ms =
-        output_active
-            ? kOutputCeilingShare * std::clamp(answer_slack, kMinCeilingBudgets * answer_budget_ms, answer_budget_ms)
-            : opt.think_tpot_budget_ms / (2 * (2 + kNextStepMargin));
+        output_active ? kOutputCeilingShare *
+                            std::clamp(answer_slack, kMinCeilingBudgets * answer_budget_ms, answer_budget_ms)
+                      : opt.think_tpot_budget_ms / (2 * (2 + kNextStepMargin));
 
     decode_outputs();
     swap_in();
