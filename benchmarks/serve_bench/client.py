@@ -73,6 +73,9 @@ class Record:
     chunks: int = 0
     multi_token_chunks: int = 0
     split_mismatches: int = 0  # chunks whose delta fields disagree with the token-id split
+    # The first few of them, to tell a parser that is not set from text the detokenizer held back:
+    # {"chunk", "ids", "reasoning", "content"}.
+    split_mismatch_chunks: list[dict] = dataclasses.field(default_factory=list)
     window_tokens: int = 0  # tokens that arrived while first-turn arrivals lasted
     finish_reason: str | None = None
     error: str | None = None
@@ -200,6 +203,9 @@ class _Split:
         rec.last_token = t
         if (content and not answer_in_chunk) or (reasoning_text and not think_in_chunk):
             rec.split_mismatches += 1
+            if len(rec.split_mismatch_chunks) < 4:
+                rec.split_mismatch_chunks.append({"chunk": rec.chunks, "ids": list(ids)[:8],
+                                                  "reasoning": reasoning_text[:64], "content": content[:64]})
 
 
 async def stream_request(session: aiohttp.ClientSession, url: str, body: dict, rec: Record, cfg: RunConfig,

@@ -76,7 +76,7 @@ def check_arm(out: pathlib.Path, arm: str, forcing: bool) -> None:
     assert [r["id"] for r in records] == list(range(1, 7))
     for spec, rec in zip(specs, records, strict=True):
         assert rec["status"] == "completed", rec
-        assert rec["error"] is None and rec["split_mismatches"] == 0, rec
+        assert rec["error"] is None and rec["split_mismatches"] == 0, (rec.get("split_mismatch_chunks"), rec)
         assert 0 < rec["first_token"] <= rec["last_token"], rec
         assert rec["answer_tokens"] == spec["answer_tokens"], (spec, rec)  # ignore_eos, and the client stops there
         if rec["multi_token_chunks"] == 0:  # one token per chunk: one ITL sample per visible token after the first
