@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "meridian/replay.h"
+#include "meridian/replay_study.h"
 
 namespace meridian::sim::detail {
 
@@ -16,6 +17,18 @@ inline constexpr double kFlatPct = 2;
 
 /// Finite numbers only: JSON has no inf/NaN.
 inline double finite(double v) { return std::isfinite(v) ? v : 0.0; }
+
+// JSON has no inf/NaN: a value that is not finite (a relative change from 0) is null.
+inline nlohmann::ordered_json number(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+
+/// A per-seed statistic: {"mean", "ci95": [low, high], "per_seed": [...]}, non-finite values as null.
+inline nlohmann::ordered_json stat_json(const SeedStat& s) {
+  nlohmann::ordered_json per = nlohmann::ordered_json::array();
+  for (double v : s.per_seed) per.push_back(number(v));
+  return {{"mean", number(s.mean)}, {"ci95", {number(s.ci_low), number(s.ci_high)}}, {"per_seed", per}};
+}
 
 inline nlohmann::ordered_json context_json(const ReportContext& c) {
   nlohmann::ordered_json j;

@@ -20,13 +20,8 @@ constexpr double kGridTtfvMs = 60000;
 constexpr PolicyKind kBaselines[] = {PolicyKind::kVllmFcfs, PolicyKind::kVllmBest, PolicyKind::kPascal};
 constexpr double kForcingGoal = 1.3;
 
-ordered_json number(double v) { return std::isfinite(v) ? ordered_json(v) : ordered_json(nullptr); }
-
-ordered_json stat_json(const SeedStat& s) {
-  ordered_json per = ordered_json::array();
-  for (double v : s.per_seed) per.push_back(number(v));
-  return {{"mean", number(s.mean)}, {"ci95", {number(s.ci_low), number(s.ci_high)}}, {"per_seed", per}};
-}
+using detail::number;
+using detail::stat_json;
 
 std::string stat_cell(const SeedStat& s) {
   if (!std::isfinite(s.mean)) return "n/a";

@@ -18,14 +18,8 @@ using detail::finite;
 using detail::fmt_value;
 using nlohmann::ordered_json;
 
-// JSON has no inf/NaN: a value that is not finite (a relative change from 0) is null.
-ordered_json number(double v) { return std::isfinite(v) ? ordered_json(v) : ordered_json(nullptr); }
-
-ordered_json stat_json(const SeedStat& s) {
-  ordered_json per = ordered_json::array();
-  for (double v : s.per_seed) per.push_back(number(v));
-  return {{"mean", number(s.mean)}, {"ci95", {number(s.ci_low), number(s.ci_high)}}, {"per_seed", per}};
-}
+using detail::number;
+using detail::stat_json;
 
 ordered_json targets_json(const std::vector<TargetCheck>& checks) {
   ordered_json targets = ordered_json::array();
