@@ -294,6 +294,7 @@ void bind_plan_types(nb::module_& m) {
       .def_prop_ro("preemptions", [](const SchedulerCounters& c) { return to_list(c.preemptions); })
       .def_ro("preempted_output", &SchedulerCounters::preempted_output)
       .def_ro("preempted_think", &SchedulerCounters::preempted_think)
+      .def_ro("admission_preemptions", &SchedulerCounters::admission_preemptions)
       .def_prop_ro("preemptions_by_phase",
                    [](const SchedulerCounters& c) {
                      // [output, think] x ReclaimMode
@@ -315,6 +316,8 @@ void bind_scheduler_class(nb::module_& m) {
       .def_static("from_config", &SchedulerOptions::from_config, "config"_a, "total_kv_blocks"_a)
       .def_rw("think_tpot_budget_ms", &SchedulerOptions::think_tpot_budget_ms)
       .def_rw("output_tpot_budget_ms", &SchedulerOptions::output_tpot_budget_ms)
+      .def_rw("ttft_slo_ms", &SchedulerOptions::ttft_slo_ms)
+      .def_rw("ttfv_slo_ms", &SchedulerOptions::ttfv_slo_ms)
       .def_rw("think_batch_multiplier", &SchedulerOptions::think_batch_multiplier)
       .def_rw("min_prefill_tokens_per_step", &SchedulerOptions::min_prefill_tokens_per_step)
       .def_rw("preemption_enabled", &SchedulerOptions::preemption_enabled)
@@ -368,6 +371,10 @@ void bind_scheduler_class(nb::module_& m) {
           },
           "end_ns"_a, "ran"_a)
       .def("observe_step", &DualQueueScheduler::observe_step, "tokens"_a, "kv_tokens"_a, "observed_ms"_a)
+      .def("admission_victims", &DualQueueScheduler::admission_victims, "arrival_ns"_a, "need_blocks"_a,
+           "free_blocks"_a, "now_ns"_a,
+           "Think requests to preempt so a new prompt near its TTFT can start (ADR-0027); see "
+           "DualQueueScheduler::admission_victims in meridian/scheduler.h")
       .def("view", &DualQueueScheduler::view, "request_id"_a)
       .def(
           "plan_for_engine",

@@ -28,6 +28,8 @@ namespace meridian {
 struct SchedulerConfig {
   double think_tpot_budget_ms = 80.0;               ///< > 0; TPOT budget for think-phase tokens.
   double output_tpot_budget_ms = 20.0;              ///< > 0; TPOT budget for output-phase tokens.
+  double ttft_slo_ms = 1000.0;                      ///< > 0; time-to-first-token budget (ADR-0027).
+  double ttfv_slo_ms = 0.0;                         ///< >= 0; time-to-first-answer budget, 0: none.
   double think_batch_multiplier = 2.5;              ///< >= 1; think batch as a multiple of the output budget.
   std::uint64_t max_think_tokens = 32768;           ///< > min_think_tokens; hard cap (a guarantee).
   std::uint64_t min_think_tokens = 512;             ///< < max_think_tokens; nothing forces before this.

@@ -77,6 +77,7 @@ enum class MetricId : std::uint16_t {
   kSchedulerOutputSloOverruns,
   kSchedulerStalls,
   kPreemptions,
+  kSchedulerAdmissionPreemptions,
   kSchedulerAborted,
   kSchedulerLivelockReleases,
   kStepCostRejected,

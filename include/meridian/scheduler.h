@@ -134,6 +134,7 @@ struct SchedulerCounters {
   std::uint64_t preemptions[3] = {};   ///< by ReclaimMode
   std::uint64_t preempted_output = 0;  ///< answer-phase victims (user-visible)
   std::uint64_t preempted_think = 0;
+  std::uint64_t admission_preemptions = 0;  ///< think requests paused to admit a new prompt (ADR-0027)
   /// [0] answer-phase, [1] think-phase victims, by ReclaimMode (the telemetry cross).
   std::uint64_t preemptions_by_phase[2][3] = {};
   std::uint64_t stalls = 0;
@@ -150,6 +151,8 @@ struct SchedulerCounters {
 struct SchedulerOptions {
   double think_tpot_budget_ms = 80.0;
   double output_tpot_budget_ms = 20.0;
+  double ttft_slo_ms = 1000.0;  ///< a new prompt waiting half of it may pause thinking (ADR-0027)
+  double ttfv_slo_ms = 0.0;     ///< 0: no TTFV bound; else thinking is paused only with TTFV slack
   double think_batch_multiplier = 2.5;
   std::uint32_t min_prefill_tokens_per_step = 256;
   bool preemption_enabled = true;
@@ -239,6 +242,21 @@ class DualQueueScheduler {
   /// apart, with observe_step(), since an engine with two steps in flight
   /// learns it only a step later. O(plan + ran log ran).
   void complete_engine_step(std::int64_t end_ns, std::span<const RequestId> ran);
+  /// Admission by pausing thinking (ADR-0027) for an engine that owns KV and
+  /// preemption (the vLLM adapter): the running think requests to preempt
+  /// (recompute) so that a new prompt that arrived at `arrival_ns` and needs
+  /// `need_blocks` can start while the engine has `free_blocks`. Empty unless
+  /// the prompt has waited half of ttft_slo_ms at `now_ns` and the think
+  /// requests that can pause (never preempted before; two TTFT budgets of
+  /// slack against their mean think TPOT and, when set, their TTFV) cover
+  /// the need, least progress first, at most preempt_max_fraction of the
+  /// running set; blocks are counted as context / block_tokens. Answers are
+  /// never named. The engine preempts them and reports each with finish();
+  /// they are counted in counters().admission_preemptions. Ignores
+  /// SchedulerOptions::preemption_enabled (such an engine turns the core's
+  /// own preemption off); the caller decides whether pausing is on.
+  std::vector<RequestId> admission_victims(std::int64_t arrival_ns, std::uint64_t need_blocks,
+                                           std::uint64_t free_blocks, std::int64_t now_ns);
   /// One step the engine ran: `tokens` computed (decodes and prefill chunks)
   /// over `kv_tokens` of context took `observed_ms`. The step-cost model
   /// learns from these features, not the plan's (ADR-0017). Returns false

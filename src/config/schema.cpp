@@ -18,12 +18,13 @@ constexpr NumericRange none() noexcept { return {}; }
 constexpr NumericRange up_to(double lo, bool lo_open, double hi) noexcept {
   return {Bound{lo, lo_open}, Bound{hi, false}};
 }
-constexpr double kMaxTpotBudgetMs = 60000;     // a minute per token
-constexpr double kMaxReapIdleS = 1e6;          // ~11.6 days
-constexpr double kMaxBatchMultiplier = 100;    // multiplier x output batch stays a 32-bit token count
-constexpr double kMaxStepBaseMs = 10000;       // ten seconds for an empty step
-constexpr double kMaxStepPerTokenMs = 1000;    // one second per scheduled token
-constexpr double kMaxStepPerKvTokenUs = 1000;  // one millisecond per context token
+constexpr double kMaxTpotBudgetMs = 60000;           // a minute per token
+constexpr double kMaxFirstTokenBudgetMs = 86400000;  // a day
+constexpr double kMaxReapIdleS = 1e6;                // ~11.6 days
+constexpr double kMaxBatchMultiplier = 100;          // multiplier x output batch stays a 32-bit token count
+constexpr double kMaxStepBaseMs = 10000;             // ten seconds for an empty step
+constexpr double kMaxStepPerTokenMs = 1000;          // one second per scheduled token
+constexpr double kMaxStepPerKvTokenUs = 1000;        // one millisecond per context token
 
 // Enum fields: the values in the order error messages list them; their TOML
 // spellings come from to_string(), the one enum-to-string mapping.
@@ -44,7 +45,7 @@ constexpr std::array<std::string_view, 6> kLevelChoices{"trace", "debug", "info"
 constexpr std::array<std::string_view, 2> kLogFormatChoices{"text", "json"};
 
 using SC = SchedulerConfig;
-constexpr std::array<Field<SC>, 16> kScheduler{{
+constexpr std::array<Field<SC>, 18> kScheduler{{
     {"think_tpot_budget_ms",
      &SC::think_tpot_budget_ms,
      up_to(0, true, kMaxTpotBudgetMs),
@@ -55,6 +56,16 @@ constexpr std::array<Field<SC>, 16> kScheduler{{
      up_to(0, true, kMaxTpotBudgetMs),
      {},
      "TPOT budget for output-phase tokens (ms)"},
+    {"ttft_slo_ms",
+     &SC::ttft_slo_ms,
+     up_to(0, true, kMaxFirstTokenBudgetMs),
+     {},
+     "time-to-first-token budget (ms): a prompt waiting half of it may pause thinking"},
+    {"ttfv_slo_ms",
+     &SC::ttfv_slo_ms,
+     up_to(0, false, kMaxFirstTokenBudgetMs),
+     {},
+     "time-to-first-answer-token budget of reasoning requests (ms); 0: none"},
     {"think_batch_multiplier",
      &SC::think_batch_multiplier,
      up_to(1, false, kMaxBatchMultiplier),

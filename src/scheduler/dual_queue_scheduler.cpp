@@ -26,6 +26,8 @@ SchedulerOptions SchedulerOptions::from_config(const MeridianConfig& config, std
   const SchedulerConfig& s = config.scheduler;
   o.think_tpot_budget_ms = s.think_tpot_budget_ms;
   o.output_tpot_budget_ms = s.output_tpot_budget_ms;
+  o.ttft_slo_ms = s.ttft_slo_ms;
+  o.ttfv_slo_ms = s.ttfv_slo_ms;
   o.think_batch_multiplier = s.think_batch_multiplier;
   o.min_prefill_tokens_per_step = s.min_prefill_tokens_per_step;
   o.preemption_enabled = s.preemption_enabled;
@@ -53,6 +55,12 @@ void check_options(const SchedulerOptions& o) {
   }
   if (!finite_above(o.output_tpot_budget_ms, 0, false)) {
     fail("scheduler.output_tpot_budget_ms", "finite and > 0", o.output_tpot_budget_ms);
+  }
+  if (!finite_above(o.ttft_slo_ms, 0, false)) {
+    fail("scheduler.ttft_slo_ms", "finite and > 0", o.ttft_slo_ms);
+  }
+  if (!finite_above(o.ttfv_slo_ms, 0, true)) {
+    fail("scheduler.ttfv_slo_ms", "finite and >= 0", o.ttfv_slo_ms);
   }
   if (!finite_above(o.think_batch_multiplier, 1, true)) {
     fail("scheduler.think_batch_multiplier", "finite and >= 1", o.think_batch_multiplier);

@@ -89,6 +89,12 @@ struct DualQueueScheduler::Impl {
   // Memory pressure ends once this share of the pool (1/50 = 2%) is free beyond
   // the growth reserve.
   static constexpr std::uint64_t kHighWatermarkDivisor = 50;
+  // Admission by pausing thinking (ADR-0027): a new prompt that has waited
+  // this share of the TTFT budget may take KV from think requests whose
+  // deadlines (mean think TPOT, and TTFV when bound) are at least this many
+  // TTFT budgets away: the wait moves to a request that can absorb it.
+  static constexpr double kAdmitAfterTtftShare = 0.5;
+  static constexpr double kVictimSlackTtftBudgets = 2.0;
 
   SchedulerOptions opt;
   StepCostModel model;
@@ -134,13 +140,20 @@ struct DualQueueScheduler::Impl {
   double think_budget_ns = 0;
   double output_budget_ns = 0;
   std::int64_t max_think_gap_ns = 0;
+  std::int64_t admit_after_ns = 0;   // kAdmitAfterTtftShare of the TTFT budget
+  std::int64_t victim_slack_ns = 0;  // kVictimSlackTtftBudgets TTFT budgets
+  std::int64_t ttfv_slo_ns = 0;      // 0: no TTFV bound
+  std::int64_t now_ns_ = 0;          // this step's planning time
 
   Impl(const SchedulerOptions& o, StepCostModel m)
       : opt(o),
         model(m),
         think_budget_ns(o.think_tpot_budget_ms / kNsToMs),
         output_budget_ns(o.output_tpot_budget_ms / kNsToMs),
-        max_think_gap_ns(span_ns(kMaxGapBudgets * think_budget_ns)) {
+        max_think_gap_ns(span_ns(kMaxGapBudgets * think_budget_ns)),
+        admit_after_ns(span_ns(kAdmitAfterTtftShare * o.ttft_slo_ms / kNsToMs)),
+        victim_slack_ns(span_ns(kVictimSlackTtftBudgets * o.ttft_slo_ms / kNsToMs)),
+        ttfv_slo_ns(span_ns(o.ttfv_slo_ms / kNsToMs)) {
     if (std::has_single_bit(o.block_tokens)) block_shift = std::countr_zero(o.block_tokens);
   }
 
@@ -282,6 +295,63 @@ struct DualQueueScheduler::Impl {
     if (!satisfied()) return false;
     for (std::uint32_t s : chosen) preempt(s);
     return true;
+  }
+
+  // --- admission by pausing thinking (ADR-0027) ---------------------------
+
+  // A new prompt (never preempted) that has waited kAdmitAfterTtftShare of
+  // the TTFT budget.
+  [[nodiscard]] bool ttft_at_risk(const Slot& r, const SlotCold& c) const {
+    return opt.preemption_enabled && r.queue == Queue::kWaitQueue && c.preemptions == 0 &&
+           now_ns_ - c.arrival_ns >= admit_after_ns;
+  }
+  // A running think request that can absorb a wait: never preempted before
+  // (so nobody is paused twice this way), and its mean think TPOT deadline
+  // and, when bound, its TTFV deadline at least victim_slack_ns away.
+  [[nodiscard]] bool can_pause(const Slot& r, const SlotCold& c) const {
+    if (c.preemptions > 0 || held_blocks(r) == 0) return false;
+    const std::int64_t by_mean =
+        clock_plus(c.first_token_ns, span_ns(think_budget_ns * static_cast<double>(r.generated)));
+    if (by_mean - now_ns_ < victim_slack_ns) return false;
+    return ttfv_slo_ns == 0 || clock_plus(c.arrival_ns, ttfv_slo_ns) - now_ns_ >= victim_slack_ns;
+  }
+  // Chooses (into `chosen`) think requests that can pause, least progress
+  // first, at most `cap`, until `free` + what they hold covers `need`;
+  // chooses nobody unless the whole need is covered. Never an answer-phase
+  // request. `skip_planned`: requests in this step's plan are not candidates.
+  bool choose_paused(std::uint64_t need, std::uint64_t free, std::size_t cap, bool skip_planned) {
+    chosen.clear();
+    if (free >= need) return true;
+    if (cap == 0) return false;
+    std::uint64_t got = free;
+    think_victims.clear();
+    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
+      const Slot& r = table.at(s);
+      if (!(skip_planned && in_batch(r)) && can_pause(r, table.cold(s))) think_victims.push_back(s);
+    }
+    std::sort(think_victims.begin(), think_victims.end(), [&](std::uint32_t a, std::uint32_t b) {
+      const Slot& x = table.at(a);
+      const Slot& y = table.at(b);
+      return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
+    });
+    for (std::uint32_t s : think_victims) {
+      if (got >= need || chosen.size() >= cap) break;
+      chosen.push_back(s);
+      got += held_blocks(table.at(s));
+    }
+    if (got >= need) return true;
+    chosen.clear();
+    return false;
+  }
+  // Preempts (recompute) what choose_paused() picks for `need` blocks.
+  bool pause_thinking_for(std::uint64_t need) {
+    if (!choose_paused(need, free_blocks, victims_left, true)) return false;
+    for (std::uint32_t s : chosen) preempt(s);
+    counters.admission_preemptions += chosen.size();
+    return true;
+  }
+  [[nodiscard]] std::size_t victim_cap(std::uint32_t running_count) const {
+    return std::max(1U, static_cast<std::uint32_t>(std::floor(opt.preempt_max_fraction * running_count)));
   }
 
   void preempt(std::uint32_t s) {
@@ -501,6 +571,12 @@ struct DualQueueScheduler::Impl {
       std::uint32_t want = std::min(remaining, budget);
       std::uint32_t chunk = fit_chunk(r, want);
       if (chunk > 0 && admission_held(r, chunk)) chunk = 0;
+      // A new prompt about to miss its TTFT may take the KV its chunk needs
+      // from thinking that can wait; it is then not held by a watermark
+      // (ADR-0027).
+      if (chunk < want && ttft_at_risk(r, c) && pause_thinking_for(new_blocks(r.computed, want))) {
+        chunk = fit_chunk(r, want);
+      }
       // Admitted (as if nothing were cached): now attach what the prefix
       // cache holds, so only the rest is computed.
       if (chunk > 0 && !c.admitted && r.computed == 0 && prefix_lookup) {
@@ -740,6 +816,7 @@ struct DualQueueScheduler::Impl {
 
   const StepPlan& schedule(const StepLimits& limits, std::int64_t now_ns) {
     ++step;
+    now_ns_ = now_ns;
     ++counters.steps;
     plan.step = step;
     plan.work.clear();
@@ -767,10 +844,7 @@ struct DualQueueScheduler::Impl {
     high_watermark = growth_reserve + opt.total_kv_blocks / kHighWatermarkDivisor;
     if (pressure && free_blocks >= high_watermark) pressure = false;
     idle_engine = running_count == 0 && st.swapped_depth == 0;
-    victims_left =
-        opt.preemption_enabled
-            ? std::max(1U, static_cast<std::uint32_t>(std::floor(opt.preempt_max_fraction * running_count)))
-            : 0;
+    victims_left = opt.preemption_enabled ? static_cast<std::uint32_t>(victim_cap(running_count)) : 0;
     const bool output_active = st.output_queue_depth > 0 || st.swapped_depth > 0;
     st.output_slo_bound = output_active;
     st.output_batch_budget = output_batch_budget(running_count, limits.max_sequences);

@@ -99,6 +99,8 @@ class Engine {
       // [scheduler] budgets to theirs (docs/replay.md#the-slo-grid).
       so.output_tpot_budget_ms = o.params.slo.output_tpot_ms;
       so.think_tpot_budget_ms = o.params.slo.think_tpot_ms;
+      so.ttft_slo_ms = o.params.slo.ttft_ms;
+      so.ttfv_slo_ms = o.params.slo.ttfv_ms;
       if (disagg_on()) {  // victims go over the fabric (ReclaimMode::kOffload)
         so.fabric_offload = true;
         link_.emplace(o.params.disagg, kv_.options().block_size_bytes, block_tokens_, w_.requests.size());

@@ -246,6 +246,15 @@ constexpr std::array<MetricSpec, kMetricCount> kCatalog = {{
      "DualQueueScheduler::counters()",
      "phase=output is user-visible; any think preemption while KV is free is a bug (runbook: TTFT of "
      "reasoning requests)."},
+    {"meridian_scheduler_admission_preemptions_total",
+     kCounter,
+     "requests",
+     {},
+     {},
+     "Think requests paused (preempted, recompute) so a new prompt near its TTFT budget could start.",
+     "DualQueueScheduler::counters().admission_preemptions",
+     "Rising steadily: KV is full and new prompts take it from reasoning that has slack (ADR-0027); "
+     "watch meridian_slo_bound_misses_total{bound=\"think_tpot\"}."},
     {"meridian_scheduler_aborted_total",
      kCounter,
      "requests",

@@ -456,5 +456,73 @@ TEST(SchedulerTrace, AbsurdStepPredictionsMakeThinkDueInsteadOfOverflowingTheClo
   EXPECT_EQ(rig.step({}, kPrefillMs), "T1");
 }
 
+// ADR-0027: admission by pausing thinking. KV is full (no free block); a new
+// prompt waits. Once it has waited half the TTFT SLO (50 ms of 100), it takes
+// the KV its chunk needs from the think request with the least progress among
+// those with two TTFT budgets (200 ms) of slack in their mean think TPOT; an
+// answer is never taken. 16-token blocks: no decode of these traces opens one.
+SchedulerOptions admission_options(double think_budget_ms = 400) {
+  SchedulerOptions o = trace_options(think_budget_ms);
+  o.ttft_slo_ms = 100;
+  o.block_tokens = 16;
+  return o;
+}
+
+// Three requests hold all KV: think 1 (2 blocks), think 2 (1 block), answer 3 (2 blocks).
+void fill_kv(SchedulerRig& rig) {
+  rig.add(1, 20);
+  rig.add(2, 4);
+  rig.add(3, 20, false);
+  ASSERT_EQ(rig.step({}, kPrefillMs), "p1:20 p2:4 p3:20");
+  ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t2");
+}
+
+TEST(SchedulerTrace, ANewPromptNearItsTtftPausesTheThinkingWithTheLeastProgress) {
+  SchedulerRig rig(admission_options(), kCost);
+  fill_kv(rig);
+  rig.add(4, 8);  // needs 1 block
+  const std::int64_t arrived = rig.now_ns;
+  // 16 ms steps: the fourth plans at 48 ms, under half its TTFT SLO.
+  while (rig.now_ns - arrived < 50'000'000) ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t2");
+  EXPECT_EQ(rig.now_ns - arrived, 64'000'000);
+  // 2 has the least progress (9 tokens) and 1 block, all that 4 needs. The
+  // prefill fills the answer's step: no optional think decode rides along.
+  EXPECT_EQ(rig.step(blocks(0)), "!2r o3 p4:8");
+  EXPECT_EQ(rig.scheduler.counters().admission_preemptions, 1U);
+  EXPECT_EQ(rig.scheduler.counters().preempted_output, 0U);
+  EXPECT_EQ(rig.step(blocks(0)), "o3 t1 t4");
+}
+
+// What may not be paused: answers, thinking without two TTFT budgets of slack
+// in its mean think TPOT (or in its TTFV, when bound), and anything with
+// preemption off. The prompt then waits for KV, as before ADR-0027. Returns
+// how many requests were paused for it in 12 steps.
+std::uint64_t paused_for_a_new_prompt(const SchedulerOptions& o, bool thinking) {
+  SchedulerRig rig(o, kCost);
+  rig.add(1, 20, thinking);
+  rig.add(3, 20, false);
+  EXPECT_EQ(rig.step({}, kPrefillMs), "p1:20 p3:20");
+  rig.add(4, 8);
+  bool started = false;
+  for (int i = 0; i < 12; ++i) started = started || rig.step(blocks(0)).find("p4") != std::string::npos;
+  const std::uint64_t paused = rig.scheduler.counters().admission_preemptions;
+  EXPECT_EQ(started, paused > 0);
+  EXPECT_EQ(rig.scheduler.counters().preempted_output, 0U);
+  return paused;
+}
+
+TEST(SchedulerTrace, AnswersAndThinkingWithoutSlackAreNotPausedForANewPrompt) {
+  EXPECT_EQ(paused_for_a_new_prompt(admission_options(), true), 1U);   // the control: 1 is paused
+  EXPECT_EQ(paused_for_a_new_prompt(admission_options(), false), 0U);  // only answers run
+  // 40 ms think TPOT at 16-28 ms steps: under 200 ms of slack in 12 tokens.
+  EXPECT_EQ(paused_for_a_new_prompt(admission_options(40), true), 0U);
+  SchedulerOptions ttfv = admission_options();
+  ttfv.ttfv_slo_ms = 250;  // its 200 ms of TTFV slack is gone 50 ms after it arrived
+  EXPECT_EQ(paused_for_a_new_prompt(ttfv, true), 0U);
+  SchedulerOptions off = admission_options();
+  off.preemption_enabled = false;
+  EXPECT_EQ(paused_for_a_new_prompt(off, true), 0U);
+}
+
 }  // namespace
 }  // namespace meridian

@@ -37,6 +37,17 @@ decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017, ADR-0024):
    and, after a preemption until the pool recovers, everything but chat
    (``max_num_active_reqs`` for that step admits only the requests ahead of
    the first one held).
+5. **Admission by pausing thinking** (ADR-0027). When the first prompt vLLM
+   would admit is new, has waited half of ``ttft_slo_ms`` and its blocks do
+   not fit, the core names running think requests that have the slack to wait
+   (two TTFT budgets against their mean think TPOT and, when set, their TTFV;
+   never preempted before; least progress first; at most
+   ``preempt_max_fraction`` of the running set). They are preempted with
+   vLLM's own ``_preempt_request`` before ``schedule()`` (their in-flight
+   output dropped, as ``reset_prefix_cache`` does, so nothing is delivered
+   out of order with two steps in flight) and the prompt goes ahead of them
+   in the waiting queue, past the watermarks. Answers are never paused;
+   ``preemption_enabled = false`` turns it off.
 
 Phases come from the real ``PhaseRouter``, fed once per step with the tokens
 vLLM kept (an output vLLM drops as stale is not fed). The C++ scheduler sees
@@ -96,6 +107,9 @@ _PROMPT_TAIL = 256
 # preemption) lasts until 1/50 of the pool is free beyond that.
 _GROWTH_HORIZON_TOKENS = 128
 _HIGH_WATERMARK_DIVISOR = 50
+# The core's kAdmitAfterTtftShare: a new prompt may pause thinking once it has
+# waited this share of ttft_slo_ms (the core checks it again).
+_ADMIT_AFTER_TTFT_SHARE = 0.5
 
 
 def _refuse_prose_markers(setup: Any) -> None:
@@ -171,6 +185,11 @@ class _Adapter:
         self.waiting_dirty = False
         self.admit: int | None = None  # this step's admission_limit(), set by before_schedule
         self.pressure = False  # vLLM preempted and the pool has not recovered past the high watermark
+        # Admission by pausing thinking (ADR-0027): on with the core's preemption setting.
+        self.pause_thinking = cfg.scheduler.preemption_enabled
+        self.admit_after_ns = int(_ADMIT_AFTER_TTFT_SHARE * cfg.scheduler.ttft_slo_ms * 1e6)
+        self.arrived_ns: dict[int, int] = {}  # on the planning clock
+        self.paused_for: str | None = None  # this step's prompt admitted past the watermarks
         self.total_blocks = sched.kv_cache_manager.block_pool.num_gpu_blocks
         self.growth_blocks = -(-_GROWTH_HORIZON_TOKENS // sched.block_size)
         # The running list as the last step left it, to skip rewriting an
@@ -195,6 +214,7 @@ class _Adapter:
             "budget_capped_steps": 0,
             "preempted_answer": 0,
             "preempted_think": 0,
+            "paused_for_admission": 0,
             "phase_exits": 0,
             "invalid_extra_args": 0,
         }
@@ -212,6 +232,7 @@ class _Adapter:
         mid = self.ids.intern(request.request_id)
         self.mid_of[request.request_id] = mid
         self.requests[mid] = request
+        self.arrived_ns[mid] = self.clock_ns()
         overrides: dict[str, Any] = {}
         try:
             overrides = validate_extra_args(getattr(request.sampling_params, "extra_args", None))
@@ -239,6 +260,7 @@ class _Adapter:
         think_tokens = self.think_end.get(mid, -1) - start if start is not None else 0
         self.telemetry.finished(mid, r is not None and r.status in _COMPLETED, think_tokens)
         self.requests.pop(mid, None)
+        self.arrived_ns.pop(mid, None)
         self.phase.pop(mid, None)
         self.no_throttle.discard(mid)
         self.pending.pop(request_id, None)
@@ -338,6 +360,62 @@ class _Adapter:
                 exc_info=error)
 
     # --- the step ---------------------------------------------------------
+
+    def pause_for_admission(self, sched: Scheduler) -> int:
+        """Admission by pausing thinking (ADR-0027), before the step is planned:
+        when the first new prompt in vLLM's queue (victims, which vLLM puts
+        at the front, are passed over as the core's lanes pass them) has
+        waited half of ttft_slo_ms and its blocks (as ``allocate_slots``
+        checks them, plus vLLM's watermark) do not fit, preempts the think
+        requests the core names. The prompt goes to the front of the queue
+        and passes the watermarks this step (so it does when its blocks fit
+        but a victim ahead or a watermark holds it). Returns how many were
+        paused. FCFS queue only (the priority policy's heap is vLLM's order)."""
+        self.paused_for = None
+        if self.waiting_dirty:
+            self.waiting_dirty = False
+            self._chat_prompts_first(sched.waiting)
+        waiting = sched.waiting
+        if not self.pause_thinking or not sched.running or not waiting or not isinstance(waiting, deque):
+            return 0
+        head = None
+        for r in waiting:
+            if r.num_preemptions or r.num_computed_tokens or r.status not in _ADMISSIBLE:
+                continue  # a victim, or a request vLLM skips this step
+            head = r
+            break
+        if head is None:
+            return 0
+        mid = self.mid_of.get(head.request_id)
+        arrived = self.arrived_ns.get(mid) if mid is not None else None
+        now = self.clock_ns()
+        if arrived is None or now - arrived < self.admit_after_ns:
+            return 0
+        block = sched.block_size
+        if getattr(sched, "scheduler_reserve_full_isl", False):
+            need = -(-min(head.num_tokens, sched.max_model_len) // block)
+        else:
+            threshold = sched.scheduler_config.long_prefill_token_threshold
+            chunk = min(head.num_tokens, threshold) if threshold > 0 else head.num_tokens
+            need = -(-min(chunk, sched.max_num_scheduled_tokens) // block)
+        need += getattr(sched.kv_cache_manager, "watermark_blocks", 0)
+        free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+        victims = []
+        if free < need:
+            victims = engine_requests_of(self.requests, self.core.admission_victims(arrived, need, free, now))
+            if not victims:
+                return 0
+        timestamp = time.monotonic()
+        for r in victims:
+            sched.running.remove(r)
+            sched._preempt_request(r, timestamp, drop_stale_output=True)
+        # vLLM puts victims at the front of the queue: the prompt goes first.
+        if waiting[0] is not head:
+            waiting.remove(head)
+            waiting.appendleft(head)
+        self.paused_for = head.request_id
+        self.stats["paused_for_admission"] += len(victims)
+        return len(victims)
 
     def before_schedule(self, sched: Scheduler) -> tuple[int, int | None, int]:
         """Plans the step, reorders ``sched.running`` and gates the think
@@ -510,6 +588,9 @@ class _Adapter:
         phase, mid_of = self.phase, self.mid_of
         admitted = 0
         for r in waiting:
+            if r.request_id == self.paused_for:  # admitted by pausing thinking (ADR-0027)
+                admitted += 1
+                continue
             victim = r.num_preemptions > 0
             if self.pressure:
                 chat = not victim and phase.get(mid_of.get(r.request_id)) != _THINK
@@ -753,6 +834,9 @@ class Scheduler(AsyncScheduler):
             return super().schedule(throttle_prefills)
         config = self.scheduler_config
         saved = (self.max_num_scheduled_tokens, config.long_prefill_token_threshold, self.max_num_active_reqs)
+        # Its preemptions are vLLM's own and complete: the fail-safe below
+        # restores the running list as they left it.
+        self._guarded("admission by pausing thinking", "pause_for_admission", self)
         before = list(self.running)
         start = time.perf_counter_ns()
         try:

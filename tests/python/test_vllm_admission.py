@@ -1,0 +1,106 @@
+"""Admission by pausing thinking (ADR-0027) in the real vLLM 0.32 scheduler,
+stepped as vLLM steps it on a GPU: two steps in flight (async scheduling),
+Meridian's default configuration (TTFT SLO 1 s). The planning clock is a
+step clock (20 ms a step) so that half a second of waiting takes 25 steps,
+not half a second of the test's time."""
+from __future__ import annotations
+
+import pytest
+
+vllm_rig = pytest.importorskip("vllm_rig", reason="needs the vLLM package (make setup installs it)")
+
+from vllm_rig import (  # noqa: E402
+    END_THINK, EOS, THINK, WORD, AsyncScheduler, TwoInFlight, build, prompt, request, write_config)
+
+from meridian.vllm import Scheduler  # noqa: E402
+
+STEP_NS = 20_000_000
+THINKERS = 3
+THINK_TOKENS = 500
+LATE_AT_STEP = 400  # the thinkers hold ~78 of the 100 blocks by then
+
+
+@pytest.fixture(autouse=True)
+def isolated_config(tmp_path, monkeypatch):
+    vllm_rig.isolate_config(tmp_path, monkeypatch)
+
+
+def by_position(tokens: dict[str, list[int]]):
+    """Each request's token at its output position: a token vLLM drops (a
+    paused request's in-flight output) is chosen again, the same, when its
+    position is resampled, so the delivered text must equal the script."""
+    def choose(r) -> int:
+        script = tokens.get(r.request_id, ())
+        n = r.num_output_tokens
+        return script[n] if n < len(script) else WORD
+    return choose
+
+
+def run(cls, late_blocks: int = 30):
+    """Three think requests fill most of a 100-block pool; at step 400 a chat
+    prompt of `late_blocks` blocks arrives that does not fit. Returns (steps
+    until vLLM admitted the prompt, the scheduler, the delivered tokens,
+    the scripted tokens, the steps where a request was preempted)."""
+    sched = build(cls, num_blocks=100)
+    clock = [0]
+    if cls is Scheduler:
+        sched.meridian.clock_ns = lambda: clock[0]
+    tokens = {}
+    for i in range(THINKERS):
+        sched.add_request(request(f"t{i}", prompt(16, i)))
+        tokens[f"t{i}"] = [THINK] + [WORD + i] * (THINK_TOKENS + 10 * i) + [END_THINK, WORD, WORD, EOS]
+    tokens["late"] = [WORD + 7] * 5 + [EOS]
+    stepper = TwoInFlight(sched, by_position(tokens))
+    delivered: dict[str, list[int]] = {}
+    admitted_at = None
+    preemptions = []
+    for n in range(1, 3000):
+        if not sched.requests:
+            break
+        if n == LATE_AT_STEP:
+            sched.add_request(request("late", prompt(late_blocks * 16, 99)))
+        out, outputs = stepper.step()
+        clock[0] += STEP_NS
+        if out.preempted_req_ids:
+            preemptions.append(n)
+        if admitted_at is None and "late" in {r.req_id for r in out.scheduled_new_reqs}:
+            admitted_at = n
+        for eco in (outputs or {}).values():
+            for o in eco.outputs:
+                delivered.setdefault(o.request_id, []).extend(o.new_token_ids)
+    stepper.drain()
+    assert not sched.requests, "every request finished"
+    assert admitted_at is not None
+    return admitted_at - LATE_AT_STEP, sched, delivered, tokens, preemptions
+
+
+def test_a_prompt_near_its_ttft_pauses_thinking_and_outputs_stay_exact():
+    stock_wait, _, stock_delivered, tokens, _ = run(AsyncScheduler)
+    wait, sched, delivered, _, _ = run(Scheduler)
+    stats = sched.meridian_stats()
+    # Stock vLLM: the prompt waits for a think request to finish (100+ steps).
+    assert stock_wait > 100
+    # Meridian: it waits half its TTFT SLO (25 steps of 20 ms), then one think
+    # request (the least progress) is paused and vLLM admits the prompt; the
+    # first step after the pause or the next (vLLM's own watermark).
+    assert 25 <= wait <= 28, wait
+    assert stats["paused_for_admission"] == 1
+    assert sched.meridian.core.counters.admission_preemptions == 1
+    assert stats["preempted_answer"] == 0 and stats["fallbacks"] == 0
+    # The paused request resumed and every request got exactly its script,
+    # with two steps in flight and its in-flight token dropped.
+    assert delivered == tokens
+    assert stock_delivered == tokens
+    assert sched.requests == {}
+
+
+def test_without_preemption_or_when_the_prompt_fits_nothing_is_paused(tmp_path, monkeypatch):
+    # A prompt that fits is admitted at once: nothing to pause.
+    wait, sched, delivered, tokens, preemptions = run(Scheduler, late_blocks=10)
+    assert wait <= 2 and sched.meridian_stats()["paused_for_admission"] == 0 and not preemptions
+    assert delivered == tokens
+    # [scheduler] preemption_enabled = false: the prompt waits as in stock vLLM.
+    write_config(tmp_path, monkeypatch, "[scheduler]\npreemption_enabled = false\n")
+    wait, sched, delivered, tokens, _ = run(Scheduler)
+    assert wait > 100 and sched.meridian_stats()["paused_for_admission"] == 0
+    assert delivered == tokens
