@@ -239,6 +239,7 @@ void run_under_pressure(const Workload& w, const SchedulerOptions& o, std::uint3
   for (const auto live : u.live_blocks) RC_ASSERT(live == 0U);
   RC_ASSERT(engine.scheduler().size() == 0U);
   RC_ASSERT(engine.answer_preemptions_with_think_victims() == 0U);
+  RC_TAG(engine.scheduler().counters().admission_preemptions > 0 ? "paused for admission" : "no pause");
   const auto& preemptions = engine.scheduler().counters().preemptions;
   RC_TAG(preemptions[2] > 0                    ? "offloaded"
          : preemptions[0] + preemptions[1] > 0 ? "preempted"
@@ -254,6 +255,9 @@ RC_GTEST_PROP(SchedulerProperty, EveryRequestFinishesUnderMemoryPressure, ()) {
   o.preempt_readmit_guard_steps = *rc::gen::inRange<std::uint32_t>(0, 16);
   // With a fabric, running victims are offloaded and later swapped back in.
   o.fabric_offload = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
+  // Short TTFT SLOs: new prompts pause thinking (ADR-0027) in many runs.
+  o.ttft_slo_ms = *rc::gen::inRange(1, 2000) * 1.0;
+  o.ttfv_slo_ms = *rc::gen::weightedElement<double>({{3, 0.0}, {1, 5000.0}});
   o.total_kv_blocks = blocks;
   for (const MiniRequest& r : w.requests) {
     // Every request fits alone, or it would (correctly) be aborted.
