@@ -86,6 +86,9 @@ def test_a_prompt_near_its_ttft_pauses_thinking_and_outputs_stay_exact():
     assert 25 <= wait <= 28, wait
     assert stats["paused_for_admission"] == 1
     assert sched.meridian.core.counters.admission_preemptions == 1
+    reg = sched.meridian.telemetry.registry
+    assert reg.value("meridian_scheduler_admission_preemptions_total") == 1
+    assert reg.value("meridian_preemptions_total", ("think", "recompute")) == stats["preempted_think"] >= 1
     assert stats["preempted_answer"] == 0 and stats["fallbacks"] == 0
     # The paused request resumed and every request got exactly its script,
     # with two steps in flight and its in-flight token dropped.

@@ -370,7 +370,10 @@ class _Adapter:
         requests the core names. The prompt goes to the front of the queue
         and passes the watermarks this step (so it does when its blocks fit
         but a victim ahead or a watermark holds it). Returns how many were
-        paused. FCFS queue only (the priority policy's heap is vLLM's order)."""
+        paused. FCFS queue only (the priority policy's heap is vLLM's order).
+        Prefix-cache hits are not looked up (as in _engine_prefill_tokens): a
+        prompt that would hit counts all its blocks, which can only pause
+        more than it needed."""
         self.paused_for = None
         if self.waiting_dirty:
             self.waiting_dirty = False
