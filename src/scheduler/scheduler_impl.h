@@ -214,6 +214,16 @@ struct DualQueueScheduler::Impl {
 
   // --- preemption (ADR-0008) -------------------------------------------------
 
+  // Victim order among think requests: the least progress lost first (the
+  // shortest context), then the newest, as vLLM takes its newest request.
+  void sort_least_progress_first(std::vector<std::uint32_t>& slots) const {
+    std::sort(slots.begin(), slots.end(), [&](std::uint32_t a, std::uint32_t b) {
+      const Slot& x = table.at(a);
+      const Slot& y = table.at(b);
+      return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
+    });
+  }
+
   // Anti-livelock: within a tier only younger requests are victims, so the
   // oldest request of a tier can always make progress. Answer-phase
   // requesters may take think-phase victims of any age.
@@ -272,11 +282,7 @@ struct DualQueueScheduler::Impl {
         think_holders = true;
       }
     }
-    std::sort(think_victims.begin(), think_victims.end(), [&](std::uint32_t a, std::uint32_t b) {
-      const Slot& x = table.at(a);
-      const Slot& y = table.at(b);
-      return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
-    });
+    sort_least_progress_first(think_victims);
     for (std::uint32_t s : think_victims) {
       if (satisfied() || chosen.size() >= victims_left) break;
       chosen.push_back(s);
@@ -310,9 +316,7 @@ struct DualQueueScheduler::Impl {
   // and, when bound, its TTFV deadline at least victim_slack_ns away.
   [[nodiscard]] bool can_pause(const Slot& r, const SlotCold& c) const {
     if (c.preemptions > 0 || held_blocks(r) == 0) return false;
-    const std::int64_t by_mean =
-        clock_plus(c.first_token_ns, span_ns(think_budget_ns * static_cast<double>(r.generated)));
-    if (by_mean - now_ns_ < victim_slack_ns) return false;
+    if (think_mean_deadline(r, c) - now_ns_ < victim_slack_ns) return false;
     return ttfv_slo_ns == 0 || clock_plus(c.arrival_ns, ttfv_slo_ns) - now_ns_ >= victim_slack_ns;
   }
   // Chooses (into `chosen`) think requests that can pause, least progress
@@ -329,11 +333,7 @@ struct DualQueueScheduler::Impl {
       const Slot& r = table.at(s);
       if (!(skip_planned && in_batch(r)) && can_pause(r, table.cold(s))) think_victims.push_back(s);
     }
-    std::sort(think_victims.begin(), think_victims.end(), [&](std::uint32_t a, std::uint32_t b) {
-      const Slot& x = table.at(a);
-      const Slot& y = table.at(b);
-      return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
-    });
+    sort_least_progress_first(think_victims);
     for (std::uint32_t s : think_victims) {
       if (got >= need || chosen.size() >= cap) break;
       chosen.push_back(s);
@@ -927,10 +927,11 @@ struct DualQueueScheduler::Impl {
   // mean gap over the `generated` gaps since its first token would pass the
   // budget, or this one gap would pass kMaxGapBudgets budgets.
   [[nodiscard]] std::int64_t think_deadline(const Slot& r, const SlotCold& c) const {
-    const auto by_mean =
-        clock_plus(c.first_token_ns, span_ns(think_budget_ns * static_cast<double>(r.generated)));
-    const auto by_gap = clock_plus(c.last_token_ns, max_think_gap_ns);
-    return std::min(by_mean, by_gap);
+    return std::min(think_mean_deadline(r, c), clock_plus(c.last_token_ns, max_think_gap_ns));
+  }
+  // The latest time the next think token keeps the mean gap within budget.
+  [[nodiscard]] std::int64_t think_mean_deadline(const Slot& r, const SlotCold& c) const {
+    return clock_plus(c.first_token_ns, span_ns(think_budget_ns * static_cast<double>(r.generated)));
   }
 
   void complete(double observed_ms, std::int64_t end_ns, std::span<const RequestId> not_run) {

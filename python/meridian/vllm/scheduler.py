@@ -112,6 +112,25 @@ _HIGH_WATERMARK_DIVISOR = 50
 _ADMIT_AFTER_TTFT_SHARE = 0.5
 
 
+def _prefill_chunk(sched: Any, r: Request, cap: int) -> int:
+    """The prompt tokens vLLM schedules this step for waiting request ``r``,
+    within ``cap`` tokens (its long-prefill threshold applied)."""
+    left = max(0, r.num_tokens - r.num_computed_tokens)
+    threshold = sched.scheduler_config.long_prefill_token_threshold
+    return min(left, threshold, cap) if threshold > 0 else min(left, cap)
+
+
+def _admission_blocks(sched: Any, r: Request, chunk: int) -> tuple[int, int]:
+    """(the free blocks ``allocate_slots`` requires to admit ``r`` with
+    ``chunk`` tokens: its whole prompt with ``scheduler_reserve_full_isl``,
+    vLLM's watermark not included; the blocks the chunk takes)."""
+    block = sched.block_size
+    chunk_blocks = -(-(r.num_computed_tokens + chunk) // block)
+    if getattr(sched, "scheduler_reserve_full_isl", False):
+        return -(-min(r.num_tokens, sched.max_model_len) // block), chunk_blocks
+    return chunk_blocks, chunk_blocks
+
+
 def _refuse_prose_markers(setup: Any) -> None:
     """A preset that marks reasoning with prose (Granite 3.2: "Here is my
     thought process:") has no think ids, and the engine core sees only ids:
@@ -394,13 +413,7 @@ class _Adapter:
         now = self.clock_ns()
         if arrived is None or now - arrived < self.admit_after_ns:
             return 0
-        block = sched.block_size
-        if getattr(sched, "scheduler_reserve_full_isl", False):
-            need = -(-min(head.num_tokens, sched.max_model_len) // block)
-        else:
-            threshold = sched.scheduler_config.long_prefill_token_threshold
-            chunk = min(head.num_tokens, threshold) if threshold > 0 else head.num_tokens
-            need = -(-min(chunk, sched.max_num_scheduled_tokens) // block)
+        need, _ = _admission_blocks(sched, head, _prefill_chunk(sched, head, sched.max_num_scheduled_tokens))
         need += getattr(sched.kv_cache_manager, "watermark_blocks", 0)
         free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
         victims = []
@@ -426,9 +439,7 @@ class _Adapter:
         budget to use (None: vLLM's) and the prefill chunk cap (0: vLLM's)."""
         now = self.clock_ns()
         self.step_start_ns = time.time_ns()
-        if self.waiting_dirty:
-            self.waiting_dirty = False
-            self._chat_prompts_first(sched.waiting)
+        # (The waiting queue was re-ordered, chat first, by pause_for_admission.)
         # The watermarks first: the prefill estimate counts only the prompts they let in.
         self.admit = self.admission_limit(sched)
         self.limits.engine_prefill_tokens = self._engine_prefill_tokens(sched, self.admit)
@@ -502,8 +513,6 @@ class _Adapter:
         cap = min(sched.max_num_scheduled_tokens, max(0, free - reserve) * sched.block_size)
         if cap == 0:
             return 0
-        block = sched.block_size
-        threshold = sched.scheduler_config.long_prefill_token_threshold
         total = 0
         if self.pending:
             reqs, mid_of = self.requests, self.mid_of
@@ -511,15 +520,12 @@ class _Adapter:
                 mid = mid_of.get(rid)
                 r = reqs.get(mid) if mid is not None else None
                 if r is not None and r.status == _RUNNING:
-                    left = max(0, r.num_tokens - r.num_computed_tokens)
-                    total += min(left, threshold) if threshold > 0 else left
+                    total += _prefill_chunk(sched, r, cap)
                     if total >= cap:
                         return cap
         if admit == 0:
             return total
-        full_isl = bool(getattr(sched, "scheduler_reserve_full_isl", False))
         watermark = getattr(sched.kv_cache_manager, "watermark_blocks", 0) if sched.running else 0
-        max_len = sched.max_model_len
         slots = (getattr(sched, "max_num_active_reqs", sched.max_num_running_reqs) - len(sched.running)
                  - getattr(sched, "num_waiting_for_streaming_input", 0))
         admitted = 0
@@ -529,10 +535,8 @@ class _Adapter:
             if r.status not in _ADMISSIBLE or (getattr(r, "num_stale_output_tokens", 0)
                                                and not getattr(r, "drop_stale_output", True)):
                 continue  # vLLM skips it this step and goes on down the queue
-            left = max(0, r.num_tokens - r.num_computed_tokens)
-            chunk = min(left, threshold, cap - total) if threshold > 0 else min(left, cap - total)
-            chunk_blocks = -(-(r.num_computed_tokens + chunk) // block)
-            need = -(-min(r.num_tokens, max_len) // block) if full_isl else chunk_blocks
+            chunk = _prefill_chunk(sched, r, cap - total)
+            need, chunk_blocks = _admission_blocks(sched, r, chunk)
             if need + watermark > free:
                 break  # vLLM's queue stops at a request it cannot allocate
             free -= chunk_blocks
