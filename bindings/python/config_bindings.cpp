@@ -63,6 +63,7 @@ void bind_config(nb::module_& m) {
       .def_rw("output_tpot_budget_ms", &SchedulerConfig::output_tpot_budget_ms)
       .def_rw("ttft_slo_ms", &SchedulerConfig::ttft_slo_ms)
       .def_rw("ttfv_slo_ms", &SchedulerConfig::ttfv_slo_ms)
+      .def_rw("ttft_triage", &SchedulerConfig::ttft_triage)
       .def_rw("think_batch_multiplier", &SchedulerConfig::think_batch_multiplier)
       .def_rw("max_think_tokens", &SchedulerConfig::max_think_tokens)
       .def_rw("min_think_tokens", &SchedulerConfig::min_think_tokens)

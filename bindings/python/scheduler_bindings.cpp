@@ -4,12 +4,14 @@
 // valid after the next schedule() call.
 #include <algorithm>
 
+#include <fmt/format.h>
 #include <nanobind/operators.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "meridian/error.h"
 #include "meridian/kv_block_manager.h"
 #include "meridian/phase_router.h"
 #include "meridian/request_clock.h"
@@ -295,6 +297,7 @@ void bind_plan_types(nb::module_& m) {
       .def_ro("preempted_output", &SchedulerCounters::preempted_output)
       .def_ro("preempted_think", &SchedulerCounters::preempted_think)
       .def_ro("admission_preemptions", &SchedulerCounters::admission_preemptions)
+      .def_ro("ttft_deferred", &SchedulerCounters::ttft_deferred)
       .def_prop_ro("preemptions_by_phase",
                    [](const SchedulerCounters& c) {
                      // [output, think] x ReclaimMode
@@ -318,6 +321,7 @@ void bind_scheduler_class(nb::module_& m) {
       .def_rw("output_tpot_budget_ms", &SchedulerOptions::output_tpot_budget_ms)
       .def_rw("ttft_slo_ms", &SchedulerOptions::ttft_slo_ms)
       .def_rw("ttfv_slo_ms", &SchedulerOptions::ttfv_slo_ms)
+      .def_rw("ttft_triage", &SchedulerOptions::ttft_triage)
       .def_rw("think_batch_multiplier", &SchedulerOptions::think_batch_multiplier)
       .def_rw("min_prefill_tokens_per_step", &SchedulerOptions::min_prefill_tokens_per_step)
       .def_rw("preemption_enabled", &SchedulerOptions::preemption_enabled)
@@ -375,6 +379,27 @@ void bind_scheduler_class(nb::module_& m) {
            "free_blocks"_a, "now_ns"_a,
            "Think requests to preempt so a new prompt near its TTFT can start (ADR-0027); see "
            "DualQueueScheduler::admission_victims in meridian/scheduler.h")
+      .def(
+          "ttft_deferrals",
+          [](DualQueueScheduler& s, const std::vector<std::int64_t>& arrival_ns,
+             const std::vector<std::uint32_t>& remaining_tokens, const std::vector<bool>& deferred_before,
+             std::int64_t now_ns) {
+            // Parallel lists, not per-prompt objects: the adapter calls this every step.
+            if (remaining_tokens.size() != arrival_ns.size() || deferred_before.size() != arrival_ns.size()) {
+              throw InvalidArgument(fmt::format(
+                  "ttft_deferrals: arrival_ns, remaining_tokens and deferred_before must have one "
+                  "entry per prompt (got {}, {} and {})",
+                  arrival_ns.size(), remaining_tokens.size(), deferred_before.size()));
+            }
+            std::vector<WaitingPrompt> queue(arrival_ns.size());
+            for (std::size_t i = 0; i < queue.size(); ++i) {
+              queue[i] = {arrival_ns[i], remaining_tokens[i], deferred_before[i]};
+            }
+            return s.ttft_deferrals(queue, now_ns);
+          },
+          "arrival_ns"_a, "remaining_tokens"_a, "deferred_before"_a, "now_ns"_a,
+          "Indices of the waiting prompts (in queue order) that can no longer meet ttft_slo_ms and go behind "
+          "the others (ADR-0028); see DualQueueScheduler::ttft_deferrals in meridian/scheduler.h")
       .def("view", &DualQueueScheduler::view, "request_id"_a)
       .def(
           "plan_for_engine",

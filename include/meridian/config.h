@@ -26,15 +26,16 @@ namespace meridian {
 
 /// [scheduler]: dual-queue policy, think-token bounds and phase-router timing.
 struct SchedulerConfig {
-  double think_tpot_budget_ms = 80.0;               ///< > 0; TPOT budget for think-phase tokens.
-  double output_tpot_budget_ms = 20.0;              ///< > 0; TPOT budget for output-phase tokens.
-  double ttft_slo_ms = 1000.0;                      ///< > 0; time-to-first-token budget (ADR-0027).
-  double ttfv_slo_ms = 0.0;                         ///< >= 0; time-to-first-answer budget, 0: none.
-  double think_batch_multiplier = 2.5;              ///< >= 1; think batch as a multiple of the output budget.
-  std::uint64_t max_think_tokens = 32768;           ///< > min_think_tokens; hard cap (a guarantee).
-  std::uint64_t min_think_tokens = 512;             ///< < max_think_tokens; nothing forces before this.
-  std::uint32_t force_reissue_grace_steps = 1;      ///< >= 1; steps a forced </think> may take to land.
-  double reap_idle_after_s = 60.0;                  ///< > 0; router state idle this long is reaped.
+  double think_tpot_budget_ms = 80.0;           ///< > 0; TPOT budget for think-phase tokens.
+  double output_tpot_budget_ms = 20.0;          ///< > 0; TPOT budget for output-phase tokens.
+  double ttft_slo_ms = 1000.0;                  ///< > 0; time-to-first-token budget (ADR-0027).
+  double ttfv_slo_ms = 0.0;                     ///< >= 0; time-to-first-answer budget, 0: none.
+  bool ttft_triage = true;                      ///< prompts that cannot meet ttft_slo_ms yield (ADR-0028).
+  double think_batch_multiplier = 2.5;          ///< >= 1; think batch as a multiple of the output budget.
+  std::uint64_t max_think_tokens = 32768;       ///< > min_think_tokens; hard cap (a guarantee).
+  std::uint64_t min_think_tokens = 512;         ///< < max_think_tokens; nothing forces before this.
+  std::uint32_t force_reissue_grace_steps = 1;  ///< >= 1; steps a forced </think> may take to land.
+  double reap_idle_after_s = 60.0;              ///< > 0; router state idle this long is reaped.
   std::uint32_t min_prefill_tokens_per_step = 256;  ///< prefill always progresses by this much.
   bool preemption_enabled = true;                   ///< phase-aware preemption (ADR-0008 design).
   double preempt_max_fraction = 0.125;              ///< (0, 1]; victims per step / running set.

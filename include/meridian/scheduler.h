@@ -135,6 +135,8 @@ struct SchedulerCounters {
   std::uint64_t preempted_output = 0;  ///< answer-phase victims (user-visible)
   std::uint64_t preempted_think = 0;
   std::uint64_t admission_preemptions = 0;  ///< think requests paused to admit a new prompt (ADR-0027)
+  std::uint64_t ttft_deferred =
+      0;  ///< prompts that could no longer meet TTFT, served after the rest (ADR-0028)
   /// [0] answer-phase, [1] think-phase victims, by ReclaimMode (the telemetry cross).
   std::uint64_t preemptions_by_phase[2][3] = {};
   std::uint64_t stalls = 0;
@@ -153,6 +155,7 @@ struct SchedulerOptions {
   double output_tpot_budget_ms = 20.0;
   double ttft_slo_ms = 1000.0;  ///< a new prompt waiting half of it may pause thinking (ADR-0027)
   double ttfv_slo_ms = 0.0;     ///< 0: no TTFV bound; else thinking is paused only with TTFV slack
+  bool ttft_triage = true;      ///< prompts that can no longer meet ttft_slo_ms yield (ADR-0028)
   double think_batch_multiplier = 2.5;
   std::uint32_t min_prefill_tokens_per_step = 256;
   bool preemption_enabled = true;
@@ -166,6 +169,14 @@ struct SchedulerOptions {
   /// engine's block count. Throws ConfigError if [scheduler] or [kv_memory]
   /// is invalid.
   static SchedulerOptions from_config(const MeridianConfig& config, std::uint64_t total_kv_blocks);
+};
+
+/// A prompt waiting for its first token, as TTFT triage (ADR-0028) judges it
+/// (DualQueueScheduler::ttft_deferrals()).
+struct WaitingPrompt {
+  std::int64_t arrival_ns = 0;
+  std::uint32_t remaining_tokens = 0;  ///< prefill tokens still to compute
+  bool deferred_before = false;        ///< the engine deferred it already (counted once)
 };
 
 /// What the scheduler knows about one request (for tests, telemetry, adapters).
@@ -257,6 +268,15 @@ class DualQueueScheduler {
   /// own preemption off); the caller decides whether pausing is on.
   std::vector<RequestId> admission_victims(std::int64_t arrival_ns, std::uint64_t need_blocks,
                                            std::uint64_t free_blocks, std::int64_t now_ns);
+  /// TTFT triage (ADR-0028) for an engine that orders its own waiting queue
+  /// (the vLLM adapter): `queue` holds its new prompts (never preempted) in
+  /// queue order. Returns, ascending, the indices of those that can no longer
+  /// meet ttft_slo_ms at `now_ns` while the others still can (Moore-Hodgson
+  /// on the learned per-token prefill cost); the engine serves them after the
+  /// others. A prompt that has waited 10 TTFT budgets is never named. Empty when
+  /// SchedulerOptions::ttft_triage is off or before the cost model knows a per-token cost. Prompts named for
+  /// the first time (not deferred_before) are counted in counters().ttft_deferred. O(min(queue, 256) log).
+  std::vector<std::size_t> ttft_deferrals(std::span<const WaitingPrompt> queue, std::int64_t now_ns);
   /// One step the engine ran: `tokens` computed (decodes and prefill chunks)
   /// over `kv_tokens` of context took `observed_ms`. The step-cost model
   /// learns from these features, not the plan's (ADR-0017). Returns false

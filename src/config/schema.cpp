@@ -45,7 +45,7 @@ constexpr std::array<std::string_view, 6> kLevelChoices{"trace", "debug", "info"
 constexpr std::array<std::string_view, 2> kLogFormatChoices{"text", "json"};
 
 using SC = SchedulerConfig;
-constexpr std::array<Field<SC>, 18> kScheduler{{
+constexpr std::array<Field<SC>, 19> kScheduler{{
     {"think_tpot_budget_ms",
      &SC::think_tpot_budget_ms,
      up_to(0, true, kMaxTpotBudgetMs),
@@ -66,6 +66,11 @@ constexpr std::array<Field<SC>, 18> kScheduler{{
      up_to(0, false, kMaxFirstTokenBudgetMs),
      {},
      "time-to-first-answer-token budget of reasoning requests (ms); 0: none"},
+    {"ttft_triage",
+     &SC::ttft_triage,
+     none(),
+     {},
+     "new prompts that can no longer meet ttft_slo_ms are prefilled after those that still can"},
     {"think_batch_multiplier",
      &SC::think_batch_multiplier,
      up_to(1, false, kMaxBatchMultiplier),

@@ -28,6 +28,7 @@ SchedulerOptions SchedulerOptions::from_config(const MeridianConfig& config, std
   o.output_tpot_budget_ms = s.output_tpot_budget_ms;
   o.ttft_slo_ms = s.ttft_slo_ms;
   o.ttfv_slo_ms = s.ttfv_slo_ms;
+  o.ttft_triage = s.ttft_triage;
   o.think_batch_multiplier = s.think_batch_multiplier;
   o.min_prefill_tokens_per_step = s.min_prefill_tokens_per_step;
   o.preemption_enabled = s.preemption_enabled;

@@ -52,6 +52,20 @@ std::vector<RequestId> DualQueueScheduler::admission_victims(std::int64_t arriva
   return out;
 }
 
+std::vector<std::size_t> DualQueueScheduler::ttft_deferrals(std::span<const WaitingPrompt> queue,
+                                                            std::int64_t now_ns) {
+  Impl& m = *impl_;
+  std::vector<std::size_t> out;
+  if (!m.opt.ttft_triage) return out;
+  m.now_ns_ = now_ns;
+  m.triage.run(queue, m.triage_params(), [&](std::size_t i) {
+    out.push_back(i);
+    if (!queue[i].deferred_before) ++m.counters.ttft_deferred;
+  });
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 void DualQueueScheduler::complete_engine_step(std::int64_t end_ns, std::span<const RequestId> ran) {
   Impl& m = *impl_;
   if (!m.plan_pending) return;

@@ -65,6 +65,8 @@ struct SlotCold {
   std::uint32_t preemptions = 0;
   std::int64_t first_answer_ns = 0;  ///< when its first answer token came (0: none yet)
   std::uint32_t answer_base = 0;     ///< `generated` when it entered the answer phase
+  std::uint64_t deferred_step = 0;   ///< TTFT triage deferred it in this step (ADR-0028)
+  bool ever_deferred = false;        ///< counted in SchedulerCounters::ttft_deferred
   bool admitted = false;  ///< its (re)prefill has started: the admission watermark no longer applies
 };
 

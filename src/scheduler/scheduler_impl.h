@@ -12,7 +12,8 @@
 //   4. prefill in lanes, each FCFS and none blocking another: chat arrivals,
 //      reasoning arrivals, then recompute victims (which keep a share of the
 //      budget), within the step ceiling but never less than
-//      min_prefill_tokens_per_step.
+//      min_prefill_tokens_per_step; new prompts that can no longer meet
+//      their TTFT go last (ADR-0028).
 //   5. more think decode, oldest-last-token first, up to the think cap and
 //      the step ceiling (ADR-0025: a waiting prompt before think tokens the
 //      guarantee does not need).
@@ -34,6 +35,7 @@
 #include "meridian/kv_block_manager.h"
 #include "meridian/scheduler.h"
 #include "scheduler/request_table.h"
+#include "scheduler/ttft_triage.h"
 
 namespace meridian {
 
@@ -124,7 +126,11 @@ struct DualQueueScheduler::Impl {
   std::uint64_t high_watermark = 0;    // free blocks that end memory pressure
   bool pressure = false;               // a preemption happened and the pool has not recovered
   bool idle_engine = false;            // nothing running: admit whatever fits
+  bool any_deferred = false;           // TTFT triage deferred a prompt this step
   std::vector<std::uint32_t> think_victims;  // preemption scratch: think candidates
+  sched_detail::TtftTriage triage;           // TTFT triage scratch (ADR-0028)
+  std::vector<WaitingPrompt> triage_queue;
+  std::vector<std::uint32_t> triage_slots;
   DualQueueScheduler::PrefixLookup prefix_lookup;
   std::uint32_t tokens_left = 0;
   std::uint32_t seqs_left = 0;
@@ -306,10 +312,10 @@ struct DualQueueScheduler::Impl {
   // --- admission by pausing thinking (ADR-0027) ---------------------------
 
   // A new prompt (never preempted) that has waited kAdmitAfterTtftShare of
-  // the TTFT budget.
+  // the TTFT budget and can still meet it (not deferred by TTFT triage).
   [[nodiscard]] bool ttft_at_risk(const Slot& r, const SlotCold& c) const {
     return opt.preemption_enabled && r.queue == Queue::kWaitQueue && c.preemptions == 0 &&
-           now_ns_ - c.arrival_ns >= admit_after_ns;
+           c.deferred_step != step && now_ns_ - c.arrival_ns >= admit_after_ns;
   }
   // A running think request that can absorb a wait: never preempted before
   // (so nobody is paused twice this way), and its mean think TPOT deadline
@@ -546,8 +552,11 @@ struct DualQueueScheduler::Impl {
     return free_blocks < std::uint64_t{new_blocks(r.computed, chunk)} + watermark(lane_of(r));
   }
 
-  // Schedules prefill from one queue's lane(s) within `budget`; returns what is left.
-  std::uint32_t prefill_lanes(std::uint8_t q, std::uint32_t budget, std::array<bool, kLaneCount>& blocked) {
+  // Schedules prefill from one queue's lane(s) within `budget`; returns what
+  // is left. `deferred`: only the prompts TTFT triage deferred this step,
+  // else only the others.
+  std::uint32_t prefill_lanes(std::uint8_t q, std::uint32_t budget, std::array<bool, kLaneCount>& blocked,
+                              bool deferred = false) {
     // Once every lane this queue feeds is blocked nothing more can start, so
     // the walk stops: a long waiting queue costs nothing per step.
     const auto all_blocked = [&] {
@@ -560,6 +569,7 @@ struct DualQueueScheduler::Impl {
       if (blocked[lane]) continue;
       if (in_batch(r) || r.stalled_step == step) continue;  // planned, or found never-fitting
       SlotCold& c = table.cold(s);
+      if ((c.deferred_step == step) != deferred) continue;
       // Its prompt (and, for a victim, what it generated) plus the token it
       // samples can never fit even alone: waiting would hold blocks forever.
       if (never_fits_prefill(r)) {
@@ -704,10 +714,38 @@ struct DualQueueScheduler::Impl {
     const bool resuming = table.depth(Queue::kResumeQueue) > 0;
     const std::uint32_t resume_share = resuming ? budget / 4 : 0;
     std::array<bool, kLaneCount> blocked{};
+    triage_prompts();
     std::uint32_t left = prefill_lanes(Queue::kWaitQueue, budget - resume_share, blocked) + resume_share;
     left = prefill_lanes(Queue::kResumeQueue, left, blocked);
     if (left > 0) left = prefill_lanes(Queue::kWaitQueue, left, blocked);
+    if (left > 0 && any_deferred) left = prefill_lanes(Queue::kWaitQueue, left, blocked, true);
     return left;
+  }
+
+  // TTFT triage (ADR-0028): marks the new prompts that can no longer meet
+  // their TTFT while others still can; prefill() serves them last.
+  void triage_prompts() {
+    any_deferred = false;
+    if (!opt.ttft_triage || table.depth(Queue::kWaitQueue) == 0) return;
+    triage_queue.clear();
+    triage_slots.clear();
+    for (std::uint32_t s = table.front(Queue::kWaitQueue);
+         s != kNil && triage_queue.size() < sched_detail::TtftTriage::kWindow; s = table.at(s).next) {
+      const SlotCold& c = table.cold(s);
+      if (c.preemptions > 0) continue;
+      triage_queue.push_back({c.arrival_ns, c.target - table.at(s).computed, c.ever_deferred});
+      triage_slots.push_back(s);
+    }
+    triage.run(triage_queue, triage_params(), [&](std::size_t i) {
+      SlotCold& c = table.cold(triage_slots[i]);
+      c.deferred_step = step;
+      if (!c.ever_deferred) ++counters.ttft_deferred;
+      c.ever_deferred = true;
+      any_deferred = true;
+    });
+  }
+  [[nodiscard]] sched_detail::TtftTriageParams triage_params() const {
+    return {model.coefficients().per_token_ms, opt.ttft_slo_ms, now_ns_};
   }
 
   // The engine's own prefills (StepLimits::engine_prefill_tokens) take what
@@ -868,13 +906,14 @@ struct DualQueueScheduler::Impl {
     // Prefill may borrow the time the answers banked: the answer SLO bounds
     // the *mean* gap, so a longer step after short ones keeps every answer's
     // mean, and a prompt finishes in fewer steps (TTFT). Without answers, what
-    // recent steps left unused below the ceiling.
+    // recent steps left unused below the ceiling, or the slack the think
+    // requests banked (ADR-0028), whichever is more.
     const double unused_ms = recent_step_ms > 0 ? std::max(0.0, st.step_ceiling_ms - recent_step_ms) : 0.0;
     const double prefill_ceiling_ms =
         output_active && std::isfinite(answer_slack)
             ? std::max(st.step_ceiling_ms,
                        kOutputCeilingShare * std::min(answer_slack, kMaxPrefillBudgets * answer_budget_ms))
-            : st.step_ceiling_ms + kPrefillSlackSteps * unused_ms;
+            : std::max(st.step_ceiling_ms + kPrefillSlackSteps * unused_ms, think_slack_ceiling_ms(now_ns));
     // No step of this plan can be longer than one holding every running
     // request plus the prefill floor, the prefill's ceiling or the step
     // ceiling: bound S by it too.
@@ -904,6 +943,18 @@ struct DualQueueScheduler::Impl {
     return plan;
   }
 
+  // Without answers, a prefill step may last until the earliest think
+  // deadline with room for one more step after it (as decode_due_think()
+  // plans), within one think budget: think requests served faster than
+  // their budget bank slack in their mean, as answers do (ADR-0026).
+  [[nodiscard]] double think_slack_ceiling_ms(std::int64_t now_ns) const {
+    std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
+    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
+      earliest = std::min(earliest, table.at(s).deadline_ns);
+    }
+    const double slack_ms = static_cast<double>(earliest - now_ns) * kNsToMs / (2 + kNextStepMargin);
+    return kOutputCeilingShare * std::min(slack_ms, opt.think_tpot_budget_ms);
+  }
   // The time to the earliest deadline of the running answers (infinite when
   // none has had its first answer token): how long this step may run.
   [[nodiscard]] double answer_slack_ms(std::int64_t now_ns) const {

@@ -255,6 +255,16 @@ constexpr std::array<MetricSpec, kMetricCount> kCatalog = {{
      "DualQueueScheduler::counters().admission_preemptions",
      "Rising steadily: KV is full and new prompts take it from reasoning that has slack (ADR-0027); "
      "watch meridian_slo_bound_misses_total{bound=\"think_tpot\"}."},
+    {"meridian_scheduler_ttft_deferred_total",
+     kCounter,
+     "requests",
+     {},
+     {},
+     "New prompts that could no longer meet the TTFT budget and were prefilled after those that still could.",
+     "DualQueueScheduler::counters().ttft_deferred",
+     "Rising: prompts arrive faster than prefill can serve them within ttft_slo_ms; the longest wait "
+     "(ADR-0028). "
+     "Compare with meridian_slo_bound_misses_total{bound=\"ttft\"}."},
     {"meridian_scheduler_aborted_total",
      kCounter,
      "requests",

@@ -219,7 +219,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "'think_end_token_ids'?"},
         BadCase{"[scheduler.extra]\nx = 1", "scheduler.extra",
                 "scheduler.extra is not a known key of [scheduler] (known: think_tpot_budget_ms, "
-                "output_tpot_budget_ms, ttft_slo_ms, ttfv_slo_ms, think_batch_multiplier, max_think_tokens, "
+                "output_tpot_budget_ms, ttft_slo_ms, ttfv_slo_ms, ttft_triage, "
+                "think_batch_multiplier, max_think_tokens, "
                 "min_think_tokens, "
                 "force_reissue_grace_steps, reap_idle_after_s, min_prefill_tokens_per_step, "
                 "preemption_enabled, preempt_max_fraction, preempt_readmit_guard_steps, step_cost_base_ms, "

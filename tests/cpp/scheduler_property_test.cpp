@@ -240,6 +240,7 @@ void run_under_pressure(const Workload& w, const SchedulerOptions& o, std::uint3
   RC_ASSERT(engine.scheduler().size() == 0U);
   RC_ASSERT(engine.answer_preemptions_with_think_victims() == 0U);
   RC_TAG(engine.scheduler().counters().admission_preemptions > 0 ? "paused for admission" : "no pause");
+  RC_TAG(engine.scheduler().counters().ttft_deferred > 0 ? "ttft triage deferred" : "nothing deferred");
   const auto& preemptions = engine.scheduler().counters().preemptions;
   RC_TAG(preemptions[2] > 0                    ? "offloaded"
          : preemptions[0] + preemptions[1] > 0 ? "preempted"
@@ -256,8 +257,13 @@ RC_GTEST_PROP(SchedulerProperty, EveryRequestFinishesUnderMemoryPressure, ()) {
   // With a fabric, running victims are offloaded and later swapped back in.
   o.fabric_offload = *rc::gen::weightedElement<bool>({{3, false}, {1, true}});
   // Short TTFT SLOs: new prompts pause thinking (ADR-0027) in many runs.
-  o.ttft_slo_ms = *rc::gen::inRange(1, 2000) * 1.0;
+  // A third of the runs have a TTFT of a few ms, below the prefill of most
+  // prompts (0.03 ms a token here), so that TTFT triage defers many.
+  const bool tight_ttft = *rc::gen::weightedElement<bool>({{1, true}, {2, false}});
+  o.ttft_slo_ms = tight_ttft ? *rc::gen::inRange(1, 20) * 0.25 : *rc::gen::inRange(1, 2000) * 1.0;
   o.ttfv_slo_ms = *rc::gen::weightedElement<double>({{3, 0.0}, {1, 5000.0}});
+  // ... and TTFT triage defers the prompts that miss them (ADR-0028).
+  o.ttft_triage = *rc::gen::weightedElement<bool>({{3, true}, {1, false}});
   o.total_kv_blocks = blocks;
   for (const MiniRequest& r : w.requests) {
     // Every request fits alone, or it would (correctly) be aborted.
@@ -295,6 +301,8 @@ RC_GTEST_PROP(SchedulerProperty, PartialPrefillsNeverParkAnIdleEngine, ()) {
   o.preempt_max_fraction = *rc::gen::inRange(1, 101) / 100.0;
   o.preempt_readmit_guard_steps = *rc::gen::inRange<std::uint32_t>(0, 16);
   o.min_prefill_tokens_per_step = *rc::gen::inRange<std::uint32_t>(16, 128);
+  // Deferred partial prefills (ADR-0028) must not park it either.
+  o.ttft_slo_ms = *rc::gen::inRange(1, 40) * 0.25;
   o.total_kv_blocks = blocks;
   StepLimits limits;
   limits.max_sequences = *rc::gen::inRange<std::uint32_t>(2, 8);

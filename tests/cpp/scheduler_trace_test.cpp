@@ -161,21 +161,15 @@ TEST(SchedulerTrace, ADueThinkDecodeEndsBeforeItsDeadlineWhenTheLastAnswerFinish
   SchedulerRig rig(o, kCost);
   rig.add(1, 4);
   for (RequestId id = 2; id <= 6; ++id) rig.add(id, 4, false);
-  rig.step({}, kPrefillMs);
-  run_table(rig, {
-                     {nullptr, {}, "o2 o3 p4:1 p5:3"},  // the answers' prompts, 4 tokens a step
-                     {nullptr, {}, "o2 o3 o4 p5:1 p6:3"},
-                     {nullptr, {}, "o2 o3 o4 o5 p6:1"},
-                     {nullptr, {}, "o2 o3 o4 o5 o6"},  // t = 86 .. 166 ms: 20 ms steps
-                     {nullptr, {}, "o2 o3 o4 o5 o6"},
-                     {nullptr, {}, "o2 o3 o4 o5 o6"},
-                     {nullptr, {}, "o2 o3 o4 o5 o6"},
-                 });
-  ASSERT_EQ(rig.now_ns, 166'000'000);
+  // Nothing runs yet: the first step may be as long as one think budget
+  // (ADR-0028), so every prompt is prefilled in it.
+  EXPECT_EQ(rig.step({}, kPrefillMs), "p1:4 p2:4 p3:4 p4:4 p5:4 p6:4");
+  for (int i = 0; i < 7; ++i) ASSERT_EQ(rig.step(), "o2 o3 o4 o5 o6");  // t = 20 .. 160 ms: 20 ms steps
+  ASSERT_EQ(rig.now_ns, 160'000'000);
   for (RequestId id = 2; id <= 6; ++id) ASSERT_TRUE(rig.scheduler.finish(id));
   rig.add(7, 400);
-  // 54 ms left: 10 ms + 2 ms x (1 decode + 21 prompt tokens) = 54 ms.
-  EXPECT_EQ(rig.step(), "T1 p7:21");
+  // 60 ms left: 10 ms + 2 ms x (1 decode + 24 prompt tokens) = 60 ms.
+  EXPECT_EQ(rig.step(), "T1 p7:24");
   EXPECT_EQ(rig.now_ns, 220'000'000);
 }
 
@@ -522,6 +516,32 @@ TEST(SchedulerTrace, AnswersAndThinkingWithoutSlackAreNotPausedForANewPrompt) {
   SchedulerOptions off = admission_options();
   off.preemption_enabled = false;
   EXPECT_EQ(paused_for_a_new_prompt(off, true), 0U);
+}
+
+// ADR-0028: TTFT triage. A 60-token prompt (120 ms of prefill at 2 ms a
+// token) cannot meet a 100 ms TTFT even alone; two short prompts behind it
+// still can. With 60 tokens a step, arrival order serves the long one first
+// and both short ones wait a step; triage serves them first and gives the
+// long one what they leave.
+std::string triage_trace(bool triage) {
+  SchedulerOptions o = trace_options();
+  o.ttft_slo_ms = 100;
+  o.ttft_triage = triage;
+  SchedulerRig rig(o, kCost);
+  rig.add(1, 60);
+  rig.add(2, 8);
+  rig.add(3, 8, false);
+  StepLimits limits;
+  limits.token_budget = 60;
+  std::string trace = rig.step(limits);
+  trace += " | " + rig.step(limits);
+  EXPECT_EQ(rig.scheduler.counters().ttft_deferred, triage ? 1U : 0U);
+  return trace;
+}
+
+TEST(SchedulerTrace, APromptThatCannotMeetItsTtftYieldsToThoseThatCan) {
+  EXPECT_EQ(triage_trace(true), "p2:8 p3:8 p1:44 | o3 p1:16");
+  EXPECT_EQ(triage_trace(false), "p1:60 | p2:8 p3:8 t1");
 }
 
 }  // namespace

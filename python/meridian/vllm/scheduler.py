@@ -110,6 +110,8 @@ _HIGH_WATERMARK_DIVISOR = 50
 # The core's kAdmitAfterTtftShare: a new prompt may pause thinking once it has
 # waited this share of ttft_slo_ms (the core checks it again).
 _ADMIT_AFTER_TTFT_SHARE = 0.5
+# TTFT triage judges this many waiting prompts from the head (TtftTriage::kWindow).
+_TRIAGE_WINDOW = 256
 
 
 def _prefill_chunk(sched: Any, r: Request, cap: int) -> int:
@@ -209,6 +211,11 @@ class _Adapter:
         self.admit_after_ns = int(_ADMIT_AFTER_TTFT_SHARE * cfg.scheduler.ttft_slo_ms * 1e6)
         self.arrived_ns: dict[int, int] = {}  # on the planning clock
         self.paused_for: str | None = None  # this step's prompt admitted past the watermarks
+        # TTFT triage (ADR-0028): new prompts that can no longer meet their
+        # TTFT go behind the others in vLLM's waiting queue, every step.
+        self.ttft_triage = cfg.scheduler.ttft_triage
+        self.deferred: set[str] = set()  # this step's deferred prompts
+        self.ever_deferred: set[str] = set()  # counted once in the core's ttft_deferred
         self.total_blocks = sched.kv_cache_manager.block_pool.num_gpu_blocks
         self.growth_blocks = -(-_GROWTH_HORIZON_TOKENS // sched.block_size)
         # The running list as the last step left it, to skip rewriting an
@@ -234,6 +241,7 @@ class _Adapter:
             "preempted_answer": 0,
             "preempted_think": 0,
             "paused_for_admission": 0,
+            "ttft_deferred_steps": 0,
             "phase_exits": 0,
             "invalid_extra_args": 0,
         }
@@ -285,6 +293,7 @@ class _Adapter:
         self.pending.pop(request_id, None)
         self.parked.discard(request_id)
         self.dropping.discard(request_id)
+        self.ever_deferred.discard(request_id)
         self.think_start.pop(mid, None)
         self.think_end.pop(mid, None)
         if mid in self.in_core:
@@ -397,6 +406,7 @@ class _Adapter:
         if self.waiting_dirty:
             self.waiting_dirty = False
             self._chat_prompts_first(sched.waiting)
+        self._triage(sched.waiting)
         waiting = sched.waiting
         if not self.pause_thinking or not sched.running or not waiting or not isinstance(waiting, deque):
             return 0
@@ -406,8 +416,8 @@ class _Adapter:
                 continue  # a victim, or a request vLLM skips this step
             head = r
             break
-        if head is None:
-            return 0
+        if head is None or head.request_id in self.deferred:
+            return 0  # (a deferred prompt misses its TTFT anyway: it pauses nobody)
         mid = self.mid_of.get(head.request_id)
         arrived = self.arrived_ns.get(mid) if mid is not None else None
         now = self.clock_ns()
@@ -611,6 +621,48 @@ class _Adapter:
             if admitted >= sched.max_num_running_reqs:
                 break
         return None
+
+    def _triage(self, waiting: Any) -> None:
+        """TTFT triage (ADR-0028) on vLLM's FCFS waiting queue: the new
+        prompts (never preempted, nothing computed) among its first 256 go to
+        the core, which names those that can no longer meet ttft_slo_ms while
+        the others still can; they move behind every other waiting request,
+        in their order. Victims keep their place at the front. O(waiting)."""
+        self.deferred.clear()
+        if not self.ttft_triage or not isinstance(waiting, deque) or len(waiting) < 1:
+            return
+        arrived, mid_of = self.arrived_ns, self.mid_of
+        prompts: list[Request] = []
+        arrival: list[int] = []
+        remaining: list[int] = []
+        before: list[bool] = []
+        for r in waiting:
+            if len(prompts) == _TRIAGE_WINDOW:
+                break
+            mid = mid_of.get(r.request_id)
+            at = arrived.get(mid) if mid is not None else None
+            if at is None or r.num_preemptions or r.num_computed_tokens:
+                continue
+            prompts.append(r)
+            arrival.append(at)
+            remaining.append(r.num_tokens)
+            before.append(r.request_id in self.ever_deferred)
+        if not prompts:
+            return
+        late = self.core.ttft_deferrals(arrival, remaining, before, self.clock_ns())
+        if not late:
+            return
+        moved = [prompts[i] for i in late]
+        self.deferred.update(r.request_id for r in moved)
+        self.ever_deferred.update(self.deferred)
+        self.stats["ttft_deferred_steps"] += 1
+        tail = list(waiting)[-len(moved):]
+        if all(a is b for a, b in zip(tail, moved)):
+            return  # already at the back, in order
+        kept = [r for r in waiting if r.request_id not in self.deferred]
+        waiting.clear()
+        waiting.extend(kept)
+        waiting.extend(moved)
 
     def _chat_prompts_first(self, waiting: Any) -> None:
         """vLLM's FCFS waiting queue, re-ordered as Meridian's admission lanes
