@@ -28,22 +28,25 @@ def isolated_config(tmp_path, monkeypatch):
     write_config(tmp_path, monkeypatch, CONFIG)
 
 
-def run(cls):
-    """Returns (the step at which each request was first scheduled, the
-    scheduler, the delivered tokens, the scripted tokens)."""
+def run(cls, short_at_step: int = 1, long_tokens: int = 2048):
+    """The long prompt arrives before step 1, the short ones before step
+    `short_at_step`. Returns (the step at which each request was first
+    scheduled, the scheduler, the delivered tokens, the scripted tokens)."""
     sched = build(cls, max_num_batched_tokens=512, num_blocks=1000)
     clock = [0]
     if cls is Scheduler:
         sched.meridian.clock_ns = lambda: clock[0]
     tokens = {"long": [WORD] * 3 + [EOS]}
-    sched.add_request(request("long", prompt(2048, 1)))
+    sched.add_request(request("long", prompt(long_tokens, 1)))
     for i, rid in enumerate(SHORT):
-        sched.add_request(request(rid, prompt(256, 10 + i)))
         tokens[rid] = [WORD + i] * 3 + [EOS]
     stepper = TwoInFlight(sched, script(tokens))
     first: dict[str, int] = {}
     delivered: dict[str, list[int]] = {}
     for n in range(1, 200):
+        if n == short_at_step:
+            for i, rid in enumerate(SHORT):
+                sched.add_request(request(rid, prompt(256, 10 + i)))
         if not sched.requests:
             break
         out, outputs = stepper.step()
@@ -84,3 +87,20 @@ def test_off_keeps_vllms_order(tmp_path, monkeypatch):
     assert first["long"] == 1 and min(first[r] for r in SHORT) >= 5
     assert sched.meridian.core.counters.ttft_deferred == 0
     assert delivered == tokens
+
+
+def test_a_lost_prompt_vllm_is_already_prefilling_sits_out_while_prompts_that_can_make_it_wait():
+    # A 4,096-token prompt (819 ms of prefill against 300 ms) is alone, so
+    # vLLM starts it; the short prompts arrive at step 3. vLLM gives a running
+    # prefill the budget before any waiting prompt: stock vLLM finishes the
+    # long one first (8 chunks of 512), Meridian holds it while they wait.
+    stock_first, _, stock_delivered, tokens = run(AsyncScheduler, short_at_step=3, long_tokens=4096)
+    first, sched, delivered, _ = run(Scheduler, short_at_step=3, long_tokens=4096)
+    assert stock_first["long"] == first["long"] == 1
+    assert min(stock_first[r] for r in SHORT) >= 9, stock_first
+    assert sorted(first[r] for r in SHORT) == [3, 3, 4, 4], first
+    stats = sched.meridian_stats()
+    assert stats["ttft_deferred_held"] >= 2 and stats["fallbacks"] == 0
+    assert sched.meridian.core.counters.ttft_deferred == 1
+    assert delivered == tokens
+    assert stock_delivered == tokens

@@ -214,7 +214,9 @@ class _Adapter:
         # TTFT triage (ADR-0028): new prompts that can no longer meet their
         # TTFT go behind the others in vLLM's waiting queue, every step.
         self.ttft_triage = cfg.scheduler.ttft_triage
-        self.deferred: set[str] = set()  # this step's deferred prompts
+        self.deferred: set[str] = set()  # this step's deferred waiting prompts
+        self.deferred_running: set[str] = set()  # this step's deferred prompts vLLM is prefilling
+        self.held_prefills: list[str] = []  # of those, the ones held out of this step
         self.ever_deferred: set[str] = set()  # counted once in the core's ttft_deferred
         self.total_blocks = sched.kv_cache_manager.block_pool.num_gpu_blocks
         self.growth_blocks = -(-_GROWTH_HORIZON_TOKENS // sched.block_size)
@@ -242,6 +244,7 @@ class _Adapter:
             "preempted_think": 0,
             "paused_for_admission": 0,
             "ttft_deferred_steps": 0,
+            "ttft_deferred_held": 0,
             "phase_exits": 0,
             "invalid_extra_args": 0,
         }
@@ -406,7 +409,7 @@ class _Adapter:
         if self.waiting_dirty:
             self.waiting_dirty = False
             self._chat_prompts_first(sched.waiting)
-        self._triage(sched.waiting)
+        self._triage(sched)
         waiting = sched.waiting
         if not self.pause_thinking or not sched.running or not waiting or not isinstance(waiting, deque):
             return 0
@@ -462,7 +465,7 @@ class _Adapter:
         hold = engine_requests_of(reqs, unplanned) if unplanned else []
         decodes = len(running) - len(hold)
         if not self.running_dirty and running is self.prev_running and len(running) == self.prev_len \
-                and order == self.prev_order:
+                and order == self.prev_order and not self.deferred_running:
             # Same requests, same plan order: vLLM's list is already in it.
             return self._hold(sched, hold), self._budget(sched, answers_active, decodes, prefill_budget), \
                 prefill_budget
@@ -487,6 +490,10 @@ class _Adapter:
                 answers += 1
             ordered[answers:answers] = chat
             ordered.extend(reasoning)
+            if self.deferred_running:  # TTFT triage (ADR-0028): last for budget, first as victims
+                late = self.deferred_running
+                ordered = [r for r in ordered if r.request_id not in late] + \
+                    [r for r in ordered if r.request_id in late]
         # The new list must hold exactly vLLM's running requests: as many, all
         # RUNNING (vLLM keeps every RUNNING request in its list, and the plan
         # names each request once). Otherwise: the fail-safe, not a guess.
@@ -527,6 +534,8 @@ class _Adapter:
         if self.pending:
             reqs, mid_of = self.requests, self.mid_of
             for rid in self.pending:
+                if rid in self.held_prefills:
+                    continue  # sits this step out (TTFT triage)
                 mid = mid_of.get(rid)
                 r = reqs.get(mid) if mid is not None else None
                 if r is not None and r.status == _RUNNING:
@@ -622,40 +631,76 @@ class _Adapter:
                 break
         return None
 
-    def _triage(self, waiting: Any) -> None:
-        """TTFT triage (ADR-0028) on vLLM's FCFS waiting queue: the new
-        prompts (never preempted, nothing computed) among its first 256 go to
-        the core, which names those that can no longer meet ttft_slo_ms while
-        the others still can; they move behind every other waiting request,
-        in their order. Victims keep their place at the front. O(waiting)."""
+    def _triage(self, sched: Scheduler) -> None:
+        """TTFT triage (ADR-0028), before the step is planned. vLLM serves
+        prompts being prefilled (in its running list, in list order) before
+        the waiting queue (FCFS), so the core judges the new prompts in that
+        order: those vLLM is prefilling, then the never-started ones among
+        the first 256 waiting. Those it names as unable to meet ttft_slo_ms
+        while the others still can go last: a waiting one behind every other
+        waiting request (here); one being prefilled to the tail of the running
+        list (before_schedule), where it is vLLM's first victim and gets the
+        token budget the other running requests leave, and, since vLLM gives
+        running requests the budget before waiting ones, it sits the step out
+        (next_decode_eligible_step) while a prompt that can still meet its
+        TTFT waits. Victims keep their places. FCFS queue only;
+        O(running + waiting)."""
         self.deferred.clear()
-        if not self.ttft_triage or not isinstance(waiting, deque) or len(waiting) < 1:
+        self.deferred_running.clear()
+        self.held_prefills = []
+        waiting = sched.waiting
+        if not self.ttft_triage or not isinstance(waiting, deque):
             return
         arrived, mid_of = self.arrived_ns, self.mid_of
         prompts: list[Request] = []
         arrival: list[int] = []
         remaining: list[int] = []
         before: list[bool] = []
-        for r in waiting:
-            if len(prompts) == _TRIAGE_WINDOW:
-                break
+
+        def judge(r: Request, left: int) -> None:
             mid = mid_of.get(r.request_id)
             at = arrived.get(mid) if mid is not None else None
-            if at is None or r.num_preemptions or r.num_computed_tokens:
-                continue
+            if at is None or r.num_preemptions:
+                return
             prompts.append(r)
             arrival.append(at)
-            remaining.append(r.num_tokens)
+            remaining.append(left)
             before.append(r.request_id in self.ever_deferred)
+
+        if self.pending:  # vLLM is prefilling something (a prompt vLLM scheduled before its first token)
+            for r in sched.running:
+                if not r.num_output_tokens and r.num_computed_tokens < r.num_prompt_tokens:
+                    judge(r, r.num_prompt_tokens - r.num_computed_tokens)
+        started = len(prompts)
+        for r in waiting:
+            if len(prompts) - started == _TRIAGE_WINDOW:
+                break
+            if not r.num_computed_tokens:
+                judge(r, r.num_tokens)
         if not prompts:
             return
         late = self.core.ttft_deferrals(arrival, remaining, before, self.clock_ns())
         if not late:
             return
-        moved = [prompts[i] for i in late]
+        self.stats["ttft_deferred_steps"] += 1
+        moved = [prompts[i] for i in late if i >= started]
+        self.deferred_running.update(prompts[i].request_id for i in late if i < started)
         self.deferred.update(r.request_id for r in moved)
         self.ever_deferred.update(self.deferred)
-        self.stats["ttft_deferred_steps"] += 1
+        self.ever_deferred.update(self.deferred_running)
+        if self.deferred_running and any(r.request_id not in self.deferred for r in prompts[started:]):
+            # vLLM gives running requests the budget before any waiting one:
+            # a deferred prefill sits this step out while a prompt that can
+            # still meet its TTFT waits (next_decode_eligible_step, as _hold).
+            skip_until = sched.current_step + 2
+            for r in prompts[:started]:
+                eligible = getattr(r, "next_decode_eligible_step", None)  # None: a vLLM without the gate
+                if r.request_id in self.deferred_running and eligible is not None and eligible < skip_until:
+                    r.next_decode_eligible_step = skip_until
+                    self.held_prefills.append(r.request_id)
+            self.stats["ttft_deferred_held"] += len(self.held_prefills)
+        if not moved:
+            return
         tail = list(waiting)[-len(moved):]
         if all(a is b for a, b in zip(tail, moved)):
             return  # already at the back, in order
