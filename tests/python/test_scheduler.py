@@ -201,3 +201,23 @@ def test_bad_input_is_a_clear_error():
         kv.tier_of(5000)
     with pytest.raises(TypeError):
         sched.add(-1, prompt_tokens=4)  # ids are unsigned 64-bit
+
+
+def test_ttft_deferrals_names_prompts_that_cannot_meet_their_ttft():
+    # ADR-0028: 1 ms a prompt token, a 10 ms TTFT. In queue order 8 + 3 ms passes the second
+    # prompt's deadline: the longest kept so far (the first) yields, the short ones make it.
+    opts = SchedulerOptions()
+    opts.ttft_slo_ms = 10.0
+    sched = DualQueueScheduler(opts, StepCostModel(StepCostCoefficients(5, 1, 0), online=False))
+    ms = 1_000_000
+    assert sched.ttft_deferrals([0, 0, 0], [8, 3, 3], [False] * 3, 0) == [0]
+    assert sched.ttft_deferrals([0, 0], [3, 3], [False, False], 0) == []
+    assert sched.ttft_deferrals([-5 * ms, 0], [6, 6], [False, False], 0) == [0]  # arrived 5 ms ago
+    assert sched.counters.ttft_deferred == 2
+    assert sched.ttft_deferrals([0, 0, 0], [8, 3, 3], [True, False, False], 0) == [0]
+    assert sched.counters.ttft_deferred == 2  # deferred before: counted once
+    with pytest.raises(ValueError, match=r"one entry per prompt \(got 2, 1 and 2\)"):
+        sched.ttft_deferrals([0, 0], [3], [False, False], 0)
+    opts.ttft_triage = False
+    off = DualQueueScheduler(opts, StepCostModel(StepCostCoefficients(5, 1, 0), online=False))
+    assert off.ttft_deferrals([0, 0, 0], [8, 3, 3], [False] * 3, 0) == []
