@@ -1,12 +1,13 @@
 // TTFT triage (ADR-0028): Moore-Hodgson over the waiting prompts, and the
 // engine query DualQueueScheduler::ttft_deferrals() built on it.
+#include "scheduler/ttft_triage.h"
+
 #include <cstdint>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "meridian/scheduler.h"
-#include "scheduler/ttft_triage.h"
 
 namespace meridian {
 namespace {
@@ -82,7 +83,8 @@ SchedulerOptions triage_options() {
 }
 
 TEST(TtftDeferrals, TheEngineQueryNamesLatePromptsAscendingAndCountsEachOnce) {
-  DualQueueScheduler scheduler(triage_options(), StepCostModel(StepCostCoefficients{5.0, 1.0, 0.0}, false, 1.0));
+  DualQueueScheduler scheduler(triage_options(),
+                               StepCostModel(StepCostCoefficients{5.0, 1.0, 0.0}, false, 1.0));
   std::vector<WaitingPrompt> queue{prompt(8), prompt(3), prompt(12), prompt(3)};
   EXPECT_EQ(scheduler.ttft_deferrals(queue, 0), (std::vector<std::size_t>{0, 2}));
   EXPECT_EQ(scheduler.counters().ttft_deferred, 2U);
