@@ -948,22 +948,24 @@ struct DualQueueScheduler::Impl {
   // plans), within one think budget: think requests served faster than
   // their budget bank slack in their mean, as answers do (ADR-0026).
   [[nodiscard]] double think_slack_ceiling_ms(std::int64_t now_ns) const {
-    std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
-    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
-      earliest = std::min(earliest, table.at(s).deadline_ns);
-    }
-    const double slack_ms = static_cast<double>(earliest - now_ns) * kNsToMs / (2 + kNextStepMargin);
+    const double slack_ms = static_cast<double>(earliest_deadline_ns(Queue::kThinkQueue) - now_ns) * kNsToMs /
+                            (2 + kNextStepMargin);
     return kOutputCeilingShare * std::min(slack_ms, opt.think_tpot_budget_ms);
   }
   // The time to the earliest deadline of the running answers (infinite when
   // none has had its first answer token): how long this step may run.
   [[nodiscard]] double answer_slack_ms(std::int64_t now_ns) const {
-    std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
-    for (std::uint32_t s = table.front(Queue::kOutputQueue); s != kNil; s = table.at(s).next) {
-      earliest = std::min(earliest, table.at(s).deadline_ns);
-    }
+    const std::int64_t earliest = earliest_deadline_ns(Queue::kOutputQueue);
     if (earliest == std::numeric_limits<std::int64_t>::max()) return std::numeric_limits<double>::infinity();
     return static_cast<double>(earliest - now_ns) * kNsToMs;
+  }
+  // The earliest deadline in a run queue (int64 max when it is empty).
+  [[nodiscard]] std::int64_t earliest_deadline_ns(std::uint8_t q) const {
+    std::int64_t earliest = std::numeric_limits<std::int64_t>::max();
+    for (std::uint32_t s = table.front(q); s != kNil; s = table.at(s).next) {
+      earliest = std::min(earliest, table.at(s).deadline_ns);
+    }
+    return earliest;
   }
 
   // An answer request's next deadline: the time that keeps the mean gap since

@@ -110,7 +110,7 @@ _HIGH_WATERMARK_DIVISOR = 50
 # The core's kAdmitAfterTtftShare: a new prompt may pause thinking once it has
 # waited this share of ttft_slo_ms (the core checks it again).
 _ADMIT_AFTER_TTFT_SHARE = 0.5
-# TTFT triage judges this many waiting prompts from the head (TtftTriage::kWindow).
+# TTFT triage judges this many prompts from the head (TtftTriage::kWindow).
 _TRIAGE_WINDOW = 256
 
 
@@ -635,8 +635,8 @@ class _Adapter:
         """TTFT triage (ADR-0028), before the step is planned. vLLM serves
         prompts being prefilled (in its running list, in list order) before
         the waiting queue (FCFS), so the core judges the new prompts in that
-        order: those vLLM is prefilling, then the never-started ones among
-        the first 256 waiting. Those it names as unable to meet ttft_slo_ms
+        order: those vLLM is prefilling, then the never-started waiting ones,
+        256 in all. Those it names as unable to meet ttft_slo_ms
         while the others still can go last: a waiting one behind every other
         waiting request (here); one being prefilled to the tail of the running
         list (before_schedule), where it is vLLM's first victim and gets the
@@ -673,8 +673,8 @@ class _Adapter:
                     judge(r, r.num_prompt_tokens - r.num_computed_tokens)
         started = len(prompts)
         for r in waiting:
-            if len(prompts) - started == _TRIAGE_WINDOW:
-                break
+            if len(prompts) >= _TRIAGE_WINDOW:
+                break  # the core judges no more than these
             if not r.num_computed_tokens:
                 judge(r, r.num_tokens)
         if not prompts:
