@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -294,14 +295,19 @@ def test_vllm_best_arm_builds_the_setting_into_vllms_scheduler():
     sched.shutdown()
 
 
-def test_meridian_arms_are_given_the_slo_they_are_judged_by():
-    """As the simulator gives its Meridian policies [slo] (ADR-0026, ADR-0027)."""
+def test_meridian_arms_are_given_the_slo_they_are_judged_by(tmp_path, monkeypatch):
+    """As the simulator gives its Meridian policies [slo] (ADR-0026, ADR-0027), through a
+    configuration file that is gone once the scheduler is built (a replay leaves no files)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("MERIDIAN_CONFIG", raising=False)
     p = params("[slo]\nttft_ms = 2000.0\nttfv_ms = 60000.0\noutput_tpot_ms = 40.0\nthink_tpot_ms = 120.0\n")
     sched = build_scheduler(scheduler_class("meridian-async"), p, two_in_flight=True, clock=SimClock())
     options = sched.meridian.core.options
     assert (options.output_tpot_budget_ms, options.think_tpot_budget_ms) == (40.0, 120.0)
     assert (options.ttft_slo_ms, options.ttfv_slo_ms) == (2000.0, 60000.0)
     assert sched.meridian.admit_after_ns == 1_000_000_000
+    assert list(tmp_path.iterdir()) == []
+    assert "MERIDIAN_CONFIG" not in os.environ
     sched.shutdown()
 
 

@@ -4,7 +4,6 @@ prefix caching on, [engine]'s max_num_seqs and max_num_batched_tokens."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import pathlib
 import tempfile
@@ -61,20 +60,22 @@ def _env_for_construction(values: dict[str, str]) -> Iterator[None]:
             os.environ.pop(k, None)
 
 
-def _replay_config(slo: Any) -> str:
+@contextlib.contextmanager
+def _replay_config(slo: Any) -> Iterator[str]:
     """The Meridian arms' meridian.toml: no metrics port, and the SLO the run is judged by, as
-    the simulator gives its Meridian policies (ADR-0026, ADR-0027) and an operator sets theirs."""
+    the simulator gives its Meridian policies (ADR-0026, ADR-0027) and an operator sets theirs.
+    Yields its path; the file lives only while the scheduler is constructed (it reads its
+    configuration then), so a replay leaves nothing in the temporary directory."""
     text = REPLAY_CONFIG + (
         "[scheduler]\n"
         f"output_tpot_budget_ms = {float(slo.output_tpot_ms)!r}\n"
         f"think_tpot_budget_ms = {float(slo.think_tpot_ms)!r}\n"
         f"ttft_slo_ms = {float(slo.ttft_ms)!r}\n"
         f"ttfv_slo_ms = {float(slo.ttfv_ms)!r}\n")
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    path = pathlib.Path(tempfile.gettempdir()) / f"meridian-engine-replay-{os.getpid()}-{digest}.toml"
-    if not path.is_file():
+    with tempfile.TemporaryDirectory(prefix="meridian-engine-replay-") as tmp:
+        path = pathlib.Path(tmp) / "meridian.toml"
         path.write_text(text)
-    return str(path)
+        yield str(path)
 
 
 def scheduler_class(name: str) -> Any:
@@ -118,7 +119,8 @@ def build_scheduler(cls: Any, params: Any, *, two_in_flight: bool, clock: SimClo
                                                       dtype=torch.float32))])
     # meridian.vllm.Scheduler picks its model preset from the reasoning parser; the replay serves
     # no tokenizer, so $MERIDIAN_MODEL names the preset whose ids tokens.py emits.
-    with _env_for_construction({"MERIDIAN_MODEL": "qwen3", "MERIDIAN_CONFIG": _replay_config(params.slo)}):
+    with _replay_config(params.slo) as config_path, \
+            _env_for_construction({"MERIDIAN_MODEL": "qwen3", "MERIDIAN_CONFIG": config_path}):
         sched = cls(vllm_config=config, kv_cache_config=kv,
                     structured_output_manager=StructuredOutputManager(config), block_size=BLOCK, log_stats=False)
     adapter = getattr(sched, "meridian", None)
