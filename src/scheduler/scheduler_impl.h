@@ -1,6 +1,7 @@
 // DualQueueScheduler's private state and step algorithm, shared by the
-// files that implement its public methods (dual_queue_scheduler.cpp) and its
-// engine-adapter queries (engine_view.cpp). Not installed.
+// files that implement its public methods (dual_queue_scheduler.cpp), its
+// engine-adapter queries (engine_view.cpp), preemption (preemption.cpp) and
+// the prefill lanes (prefill_lanes.cpp). Not installed.
 //
 // Thread-safety: none (owned by one DualQueueScheduler).
 
@@ -218,98 +219,14 @@ struct DualQueueScheduler::Impl {
     kv += std::uint64_t{r.computed} + tokens;
   }
 
-  // --- preemption (ADR-0008) -------------------------------------------------
-
-  // Victim order among think requests: the least progress lost first (the
-  // shortest context), then the newest, as vLLM takes its newest request.
-  void sort_least_progress_first(std::vector<std::uint32_t>& slots) const {
-    std::sort(slots.begin(), slots.end(), [&](std::uint32_t a, std::uint32_t b) {
-      const Slot& x = table.at(a);
-      const Slot& y = table.at(b);
-      return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
-    });
-  }
-
-  // Anti-livelock: within a tier only younger requests are victims, so the
-  // oldest request of a tier can always make progress. Answer-phase
-  // requesters may take think-phase victims of any age.
-  // The re-admission guard protects a victim from requesters of its own phase
-  // only: an answer-phase request never waits while a think victim exists.
-  // A partial prefill (waiting, holding blocks, producing nothing) is a
-  // victim for a running requester of any age: otherwise an older partial
-  // prefill and a younger running request could each wait for the other.
-  [[nodiscard]] bool candidate(std::uint32_t s, std::uint32_t requester) const {
-    const Slot& r = table.at(s);
-    if (in_batch(r) || r.computed == 0 || s == requester) return false;
-    const Slot& q = table.at(requester);
-    if (!running(r) && running(q)) return true;
-    const bool same_tier = r.phase == q.phase;
-    if (same_tier && step < table.cold(r).guard_until_step) return false;
-    return !same_tier || table.older(requester, s);
-  }
-
-  // Picks victims in the order below, within the per-step cap, until `need`
-  // blocks are free. Preempts nobody unless the whole shortfall can be
-  // covered. Answer-phase victims only for an answer-phase requester.
-  bool preempt_for(std::uint32_t requester, std::uint64_t need, bool answer_victims) {
-    if (!opt.preemption_enabled || victims_left == 0) return false;
-    std::uint64_t got = free_blocks;
-    chosen.clear();
-    auto satisfied = [&] { return got >= need; };
-    // `phase`: only victims in that phase (kComplete: any).
-    auto scan = [&](std::uint8_t q, Phase phase) {
-      for (std::uint32_t s = table.front(q); s != kNil && !satisfied() && chosen.size() < victims_left;
-           s = table.at(s).next) {
-        const Slot& r = table.at(s);
-        if (phase != Phase::kComplete && r.phase != phase) continue;
-        if (!candidate(s, requester)) continue;
-        // A victim that frees nothing would only waste the cap.
-        if (held_blocks(r) == 0) continue;
-        chosen.push_back(s);
-        got += held_blocks(r);
-      }
-    };
-    // Think-phase work first, answer-phase last (ADR-0015): reasoning partial
-    // prefills (they are not a prefix of their queue under prefill lanes),
-    // then running think requests, least progress lost first (the shortest
-    // context, then the newest, as vLLM takes its newest request); only then
-    // answer-phase partial prefills (a chat prompt not yet streaming), and
-    // streaming answers only for an answer-phase requester.
-    scan(Queue::kResumeQueue, Phase::kThinkDecode);
-    scan(Queue::kWaitQueue, Phase::kThinkDecode);
-    think_victims.clear();
-    bool think_holders = false;  // running think requests holding KV that this requester may not take
-    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
-      const Slot& r = table.at(s);
-      if (s == requester || in_batch(r) || held_blocks(r) == 0) continue;
-      if (candidate(s, requester)) {
-        think_victims.push_back(s);
-      } else {
-        think_holders = true;
-      }
-    }
-    sort_least_progress_first(think_victims);
-    for (std::uint32_t s : think_victims) {
-      if (satisfied() || chosen.size() >= victims_left) break;
-      chosen.push_back(s);
-      got += held_blocks(table.at(s));
-    }
-    // A think requester takes an answer-phase partial prefill only when no
-    // think request holds KV at all (the older ones it may not take will
-    // progress first); without that last resort a lone think request and a
-    // stuck chat prefill could wait for each other.
-    const bool think_requester = table.at(requester).phase == Phase::kThinkDecode;
-    if (!(think_requester && think_holders)) {
-      scan(Queue::kResumeQueue, Phase::kOutputDecode);
-      scan(Queue::kWaitQueue, Phase::kOutputDecode);
-    }
-    if (answer_victims) scan(Queue::kOutputQueue, Phase::kComplete);
-    if (!satisfied()) return false;
-    for (std::uint32_t s : chosen) preempt(s);
-    return true;
-  }
-
-  // --- admission by pausing thinking (ADR-0027) ---------------------------
+  // --- preemption (ADR-0008) and admission by pausing thinking (ADR-0027) ----
+  // Defined in preemption.cpp, where each states its rule.
+  void sort_least_progress_first(std::vector<std::uint32_t>& slots) const;
+  [[nodiscard]] bool candidate(std::uint32_t s, std::uint32_t requester) const;
+  bool preempt_for(std::uint32_t requester, std::uint64_t need, bool answer_victims);
+  bool choose_paused(std::uint64_t need, std::uint64_t free, std::size_t cap, bool skip_planned);
+  bool pause_thinking_for(std::uint64_t need);
+  void preempt(std::uint32_t s);
 
   // A new prompt (never preempted) that has waited kAdmitAfterTtftShare of
   // the TTFT budget and can still meet it (not deferred by TTFT triage).
@@ -325,70 +242,8 @@ struct DualQueueScheduler::Impl {
     if (think_mean_deadline(r, c) - now_ns_ < victim_slack_ns) return false;
     return ttfv_slo_ns == 0 || clock_plus(c.arrival_ns, ttfv_slo_ns) - now_ns_ >= victim_slack_ns;
   }
-  // Chooses (into `chosen`) think requests that can pause, least progress
-  // first, at most `cap`, until `free` + what they hold covers `need`;
-  // chooses nobody unless the whole need is covered. Never an answer-phase
-  // request. `skip_planned`: requests in this step's plan are not candidates.
-  bool choose_paused(std::uint64_t need, std::uint64_t free, std::size_t cap, bool skip_planned) {
-    chosen.clear();
-    if (free >= need) return true;
-    if (cap == 0) return false;
-    std::uint64_t got = free;
-    think_victims.clear();
-    for (std::uint32_t s = table.front(Queue::kThinkQueue); s != kNil; s = table.at(s).next) {
-      const Slot& r = table.at(s);
-      if (!(skip_planned && in_batch(r)) && can_pause(r, table.cold(s))) think_victims.push_back(s);
-    }
-    sort_least_progress_first(think_victims);
-    for (std::uint32_t s : think_victims) {
-      if (got >= need || chosen.size() >= cap) break;
-      chosen.push_back(s);
-      got += held_blocks(table.at(s));
-    }
-    if (got >= need) return true;
-    chosen.clear();
-    return false;
-  }
-  // Preempts (recompute) what choose_paused() picks for `need` blocks.
-  bool pause_thinking_for(std::uint64_t need) {
-    if (!choose_paused(need, free_blocks, victims_left, true)) return false;
-    for (std::uint32_t s : chosen) preempt(s);
-    counters.admission_preemptions += chosen.size();
-    return true;
-  }
   [[nodiscard]] std::size_t victim_cap(std::uint32_t running_count) const {
     return std::max(1U, static_cast<std::uint32_t>(std::floor(opt.preempt_max_fraction * running_count)));
-  }
-
-  void preempt(std::uint32_t s) {
-    Slot& r = table.at(s);
-    const bool was_running = running(r);
-    const bool keeps_kv = was_running && (opt.fabric_offload || r.phase == Phase::kOutputDecode);
-    const ReclaimMode mode = opt.fabric_offload && was_running ? ReclaimMode::kOffload
-                             : keeps_kv                        ? ReclaimMode::kSwap
-                                                               : ReclaimMode::kRecompute;
-    const std::uint32_t held = held_blocks(r);
-    free_blocks += held;
-    if (was_running) running_context -= r.computed;
-    SlotCold& c = table.cold(s);
-    ++c.preemptions;
-    plan.preemptions.push_back({r.id, r.phase, mode, held, c.preemptions});
-    ++counters.preemptions[static_cast<std::size_t>(mode)];
-    ++(r.phase == Phase::kOutputDecode ? counters.preempted_output : counters.preempted_think);
-    ++counters.preemptions_by_phase[r.phase == Phase::kOutputDecode ? 0 : 1][static_cast<std::size_t>(mode)];
-    --victims_left;
-    pressure = true;
-    c.admitted = false;
-    if (keeps_kv) {
-      c.shared_blocks = 0;  // released; the swap-in allocates every block anew
-      table.push_back(Queue::kSwapQueue, s);
-      return;
-    }
-    c.target = r.prompt + r.generated;
-    r.computed = 0;
-    c.shared_blocks = 0;
-    r.think_blocks = 0;
-    table.insert_by_arrival(Queue::kResumeQueue, s);
   }
 
   // --- the step --------------------------------------------------------------
@@ -509,21 +364,6 @@ struct DualQueueScheduler::Impl {
     return static_cast<double>(earliest_due_ns - now_ns) * kNsToMs;
   }
 
-  // Largest chunk <= want whose blocks fit in the free blocks.
-  [[nodiscard]] std::uint32_t fit_chunk(const Slot& r, std::uint32_t want) const {
-    const std::uint64_t c = r.computed;
-    const std::uint64_t bt = opt.block_tokens;
-    // With `allowed` blocks beyond block `first`, tokens up to (first + allowed) * bt fit.
-    // Both products stay below 2^34 once `allowed` is capped at what `want` could use.
-    auto limit = [&](std::uint64_t first, std::uint64_t allowed) {
-      if (allowed > want / bt + 1) return std::uint64_t{want};
-      const std::uint64_t end = (first + allowed) * bt;
-      return end > c ? end - c : 0;
-    };
-    const std::uint64_t cap = limit(blocks_for(c), free_blocks);
-    return static_cast<std::uint32_t>(std::min<std::uint64_t>(want, cap));
-  }
-
   // Prefill lanes (ADR-0015). Each lane is FCFS and a request that does not
   // fit blocks only its own lane: chat arrivals never wait behind reasoning,
   // and no new arrival waits behind a recompute victim.
@@ -547,218 +387,22 @@ struct DualQueueScheduler::Impl {
     if (pressure) return high_watermark;
     return lane == kResumeLane || think_share_left == 0 ? growth_reserve : 0;
   }
-  [[nodiscard]] bool admission_held(const Slot& r, std::uint32_t chunk) const {
-    if (table.cold(r).admitted || idle_engine) return false;
-    return free_blocks < std::uint64_t{new_blocks(r.computed, chunk)} + watermark(lane_of(r));
-  }
 
-  // Schedules prefill from one queue's lane(s) within `budget`; returns what
-  // is left. `deferred`: only the prompts TTFT triage deferred this step,
-  // else only the others.
+  // --- prefill lanes (ADR-0015) and TTFT triage (ADR-0028) -------------------
+  // Defined in prefill_lanes.cpp, where each states its rule.
+  [[nodiscard]] std::uint32_t fit_chunk(const Slot& r, std::uint32_t want) const;
+  [[nodiscard]] bool admission_held(const Slot& r, std::uint32_t chunk) const;
   std::uint32_t prefill_lanes(std::uint8_t q, std::uint32_t budget, std::array<bool, kLaneCount>& blocked,
-                              bool deferred = false) {
-    // Once every lane this queue feeds is blocked nothing more can start, so
-    // the walk stops: a long waiting queue costs nothing per step.
-    const auto all_blocked = [&] {
-      return q == Queue::kResumeQueue ? blocked[kResumeLane] : blocked[kChatLane] && blocked[kReasoningLane];
-    };
-    for (std::uint32_t s = table.front(q); s != kNil && budget > 0 && seqs_left > 0 && !all_blocked();
-         s = table.at(s).next) {
-      Slot& r = table.at(s);
-      const Lane lane = lane_of(r);
-      if (blocked[lane]) continue;
-      if (in_batch(r) || r.stalled_step == step) continue;  // planned, or found never-fitting
-      SlotCold& c = table.cold(s);
-      if ((c.deferred_step == step) != deferred) continue;
-      // Its prompt (and, for a victim, what it generated) plus the token it
-      // samples can never fit even alone: waiting would hold blocks forever.
-      if (never_fits_prefill(r)) {
-        r.stalled_step = step;
-        to_abort.push_back(s);
-        continue;
-      }
-      std::uint32_t remaining = c.target - r.computed;
-      std::uint32_t want = std::min(remaining, budget);
-      std::uint32_t chunk = fit_chunk(r, want);
-      if (chunk > 0 && admission_held(r, chunk)) chunk = 0;
-      // A new prompt about to miss its TTFT may take the KV its chunk needs
-      // from thinking that can wait; it is then not held by a watermark
-      // (ADR-0027).
-      if (chunk < want && ttft_at_risk(r, c) && pause_thinking_for(new_blocks(r.computed, want))) {
-        chunk = fit_chunk(r, want);
-      }
-      // Admitted (as if nothing were cached): now attach what the prefix
-      // cache holds, so only the rest is computed.
-      if (chunk > 0 && !c.admitted && r.computed == 0 && prefix_lookup) {
-        const std::uint64_t taken = attach_cached(r);
-        remaining = c.target - r.computed;
-        want = std::min(remaining, budget);
-        chunk = fit_chunk(r, want);
-        // Its prefix fits, the rest does not: undo the lookup, so that a waiting request
-        // holds no KV (a waiting holder is never a victim: the pool would deadlock).
-        if (chunk == 0 && r.computed > 0) detach_cached(r, taken);
-      }
-      // Victims wait for blocks that finishing requests free; they never
-      // preempt to get back in (that is how preemption storms start). With
-      // nothing running, release_partial_prefills() ensures progress.
-      if (chunk == 0) {  // FCFS within the lane: nobody in it overtakes
-        r.stalled_step = step;
-        blocked[lane] = true;
-        continue;
-      }
-      emit(s, WorkKind::kPrefill, chunk, new_blocks(r.computed, chunk),
-           new_think_blocks(r, r.computed, chunk), false, chunk == remaining);
-      c.admitted = true;
-      ++plan.stats.prefill_requests;
-      plan.stats.prefill_tokens += chunk;
-      budget -= chunk;
-      if (chunk < remaining) blocked[lane] = true;  // a partial chunk ends its lane's turn
-    }
-    return budget;
-  }
-
-  [[nodiscard]] bool never_fits_prefill(const Slot& r) const {
-    return std::uint64_t{blocks_for(std::uint64_t{table.cold(r).target} + 1)} > opt.total_kv_blocks;
-  }
-
-  // Progress guarantee when nothing runs and no prefill could move: partial
-  // prefills then hold the blocks each other needs (victims never preempt to
-  // get back in), and no finishing request will free any. The partial prefill
-  // furthest along keeps its blocks; the others are released as recompute
-  // victims, least progress first, until its whole remaining prompt fits, and
-  // its chunk runs. Each time this happens the furthest progress grows, so some
-  // prefill completes.
-  void release_partial_prefills() {
-    std::uint32_t keeper = kNil;
-    chosen.clear();
-    for (std::uint8_t q : {std::uint8_t{Queue::kWaitQueue}, std::uint8_t{Queue::kResumeQueue}}) {
-      for (std::uint32_t s = table.front(q); s != kNil; s = table.at(s).next) {
-        const Slot& r = table.at(s);
-        if (!table.cold(s).admitted || (r.stalled_step == step && never_fits_prefill(r))) continue;
-        chosen.push_back(s);
-        if (keeper == kNil || r.computed > table.at(keeper).computed ||
-            (r.computed == table.at(keeper).computed && table.older(s, keeper))) {
-          keeper = s;
-        }
-      }
-    }
-    if (keeper == kNil) return;
-    std::sort(chosen.begin(), chosen.end(), [&](std::uint32_t a, std::uint32_t b) {
-      const Slot& x = table.at(a);
-      const Slot& y = table.at(b);
-      return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
-    });
-    const Slot& k = table.at(keeper);
-    const std::uint32_t remaining = table.cold(keeper).target - k.computed;
-    const std::uint64_t need = new_blocks(k.computed, remaining);
-    const std::uint32_t cap = victims_left;  // these releases are outside the per-step cap
-    for (std::uint32_t s : chosen) {
-      if (free_blocks >= need) break;
-      if (s == keeper || held_blocks(table.at(s)) == 0) continue;
-      victims_left = 1;
-      preempt(s);
-      ++counters.livelock_releases;
-      log_detail::logf_limited(sched_detail::warn_limiter(sched_detail::WarnKind::kLivelock), LogLevel::kWarn,
-                               "scheduler: livelock release: request {} preempted so request {} can finish "
-                               "its prefill ({} blocks free, {} needed)",
-                               table.at(s).id, k.id, free_blocks, need);
-    }
-    victims_left = cap;
-    const std::uint32_t budget = std::min(std::max(plan.stats.prefill_budget_tokens, 1U), tokens_left);
-    const std::uint32_t chunk = seqs_left > 0 ? fit_chunk(k, std::min(remaining, budget)) : 0;
-    if (chunk == 0) return;
-    emit(keeper, WorkKind::kPrefill, chunk, new_blocks(k.computed, chunk),
-         new_think_blocks(k, k.computed, chunk), false, chunk == remaining);
-    ++plan.stats.prefill_requests;
-    plan.stats.prefill_tokens += chunk;
-  }
-
-  // At admission, like vLLM: a new request finds its prompt prefix, and a
-  // recompute victim its own blocks that are still cached; only the rest is
-  // computed. Nothing is attached while a request waits, so waiting holds no
-  // KV. The attached blocks leave the evictable cache: they no longer count
-  // as free.
-  // Returns the free blocks it counted as taken.
-  std::uint64_t attach_cached(Slot& r) {
-    const std::uint32_t target = table.cold(r).target;
-    const std::uint32_t cached = std::min(prefix_lookup(r.id, target), target - 1);
-    const std::uint32_t blocks = cached / opt.block_tokens;
-    r.computed = blocks * opt.block_tokens;
-    table.cold(r).shared_blocks = blocks;
-    const std::uint64_t taken = std::min<std::uint64_t>(free_blocks, blocks);
-    free_blocks -= taken;
-    counters.admission_cached_tokens += r.computed;
-    return taken;
-  }
-  // Undoes attach_cached() for a request that is not admitted after all: the engine gives
-  // the attached blocks back to the cache (StepPlan::unattached).
-  void detach_cached(Slot& r, std::uint64_t taken) {
-    free_blocks += taken;
-    counters.admission_cached_tokens -= r.computed;
-    r.computed = 0;
-    table.cold(r).shared_blocks = 0;
-    plan.unattached.push_back(r.id);
-  }
-
-  // Returns the part of the prefill budget no lane used.
-  std::uint32_t prefill(double ceiling_ms) {
-    const StepCostCoefficients k = model.coefficients();
-    const double per_token_ms = k.per_token_ms + k.per_kv_token_us * 1e-3;
-    const double room_ms = ceiling_ms - model.predict_ms(tok, kv);
-    double fit = per_token_ms > 0 ? std::floor(std::max(room_ms, 0.0) / per_token_ms) : 1e18;
-    fit = std::max(fit, static_cast<double>(opt.min_prefill_tokens_per_step));
-    std::uint32_t budget = static_cast<std::uint32_t>(std::min(fit, static_cast<double>(tokens_left)));
-    plan.stats.prefill_budget_tokens = budget;
-    // Recompute victims keep a share of the budget so they cannot starve;
-    // arrivals get the rest first, then whatever the victims leave.
-    const bool resuming = table.depth(Queue::kResumeQueue) > 0;
-    const std::uint32_t resume_share = resuming ? budget / 4 : 0;
-    std::array<bool, kLaneCount> blocked{};
-    triage_prompts();
-    std::uint32_t left = prefill_lanes(Queue::kWaitQueue, budget - resume_share, blocked) + resume_share;
-    left = prefill_lanes(Queue::kResumeQueue, left, blocked);
-    if (left > 0) left = prefill_lanes(Queue::kWaitQueue, left, blocked);
-    if (left > 0 && any_deferred) left = prefill_lanes(Queue::kWaitQueue, left, blocked, true);
-    return left;
-  }
-
-  // TTFT triage (ADR-0028): marks the new prompts that can no longer meet
-  // their TTFT while others still can; prefill() serves them last.
-  void triage_prompts() {
-    any_deferred = false;
-    if (!opt.ttft_triage || table.depth(Queue::kWaitQueue) == 0) return;
-    triage_queue.clear();
-    triage_slots.clear();
-    for (std::uint32_t s = table.front(Queue::kWaitQueue);
-         s != kNil && triage_queue.size() < sched_detail::TtftTriage::kWindow; s = table.at(s).next) {
-      const SlotCold& c = table.cold(s);
-      if (c.preemptions > 0) continue;
-      triage_queue.push_back({c.arrival_ns, c.target - table.at(s).computed, c.ever_deferred});
-      triage_slots.push_back(s);
-    }
-    triage.run(triage_queue, triage_params(), [&](std::size_t i) {
-      SlotCold& c = table.cold(triage_slots[i]);
-      c.deferred_step = step;
-      if (!c.ever_deferred) ++counters.ttft_deferred;
-      c.ever_deferred = true;
-      any_deferred = true;
-    });
-  }
-  [[nodiscard]] sched_detail::TtftTriageParams triage_params() const {
-    return {model.coefficients().per_token_ms, opt.ttft_slo_ms, now_ns_};
-  }
-
-  // The engine's own prefills (StepLimits::engine_prefill_tokens) take what
-  // the lanes left of the prefill budget: costed in this step, so optional
-  // think decode fits around them.
-  void reserve_engine_prefill(std::uint32_t wanted, std::uint32_t budget_left) {
-    const std::uint32_t tokens = std::min({wanted, budget_left, tokens_left});
-    if (tokens == 0) return;
-    tokens_left -= tokens;
-    tok += tokens;
-    kv += tokens;  // at least the chunk itself: the context before it is unknown here
-    plan.stats.engine_prefill_tokens = tokens;
-  }
+                              bool deferred = false);
+  [[nodiscard]] bool never_fits_prefill(const Slot& r) const;
+  std::uint64_t attach_cached(Slot& r);
+  void detach_cached(Slot& r, std::uint64_t taken);
+  std::uint32_t prefill(double ceiling_ms);
+  void triage_prompts();
+  [[nodiscard]] sched_detail::TtftTriageParams triage_params() const;
+  void reserve_engine_prefill(std::uint32_t wanted, std::uint32_t budget_left);
+  // Progress when nothing runs and no prefill could move (preemption.cpp).
+  void release_partial_prefills();
 
   // New blocks the think requests optional think may serve would need for
   // their next token (one each at a block boundary), up to the think cap.
