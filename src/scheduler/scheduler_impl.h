@@ -82,10 +82,13 @@ struct DualQueueScheduler::Impl {
   // recent steps (the step-time EWMA's horizon at alpha 0.25).
   static constexpr double kPrefillSlackSteps = 4.0;
   // With answers, the step ceiling follows their slack (ADR-0026): never
-  // above one budget (a single gap within the SLO's mean), never below half
-  // of one (a late answer does not shrink every step to nothing), and the
-  // prefill may take the slack they banked, up to this many budgets.
+  // above kMaxCeilingBudgets budgets (ADR-0029: the time the answers banked
+  // goes to thinking, and no single answer gap grows past 1.35 budgets),
+  // never below half of one (a late answer does not shrink every step to
+  // nothing), and the prefill may take the slack they banked, up to
+  // kMaxPrefillBudgets.
   static constexpr double kMinCeilingBudgets = 0.5;
+  static constexpr double kMaxCeilingBudgets = 1.5;
   static constexpr double kMaxPrefillBudgets = 5.0;
   // Backstop of the think guarantee: no single think gap beyond this many budgets.
   static constexpr double kMaxGapBudgets = 4.0;
@@ -533,14 +536,15 @@ struct DualQueueScheduler::Impl {
     st.think_batch_cap = static_cast<std::uint32_t>(
         std::max(1.0, std::floor(opt.think_batch_multiplier * st.output_batch_budget)));
     // With answers, the step ends before the earliest answer deadline (the
-    // slack of the tightest answer, within [kMinCeilingBudgets, 1] budgets).
+    // slack of the tightest answer, within [kMinCeilingBudgets,
+    // kMaxCeilingBudgets] budgets).
     // Without, steps stay short enough that a think request may be skipped
     // at least once: two steps (plus margin) within half the budget.
     const double answer_budget_ms = opt.output_tpot_budget_ms;
     const double answer_slack = answer_slack_ms(now_ns);
     st.step_ceiling_ms =
-        output_active ? kOutputCeilingShare *
-                            std::clamp(answer_slack, kMinCeilingBudgets * answer_budget_ms, answer_budget_ms)
+        output_active ? kOutputCeilingShare * std::clamp(answer_slack, kMinCeilingBudgets * answer_budget_ms,
+                                                         kMaxCeilingBudgets * answer_budget_ms)
                       : opt.think_tpot_budget_ms / (2 * (2 + kNextStepMargin));
 
     decode_outputs();

@@ -89,24 +89,53 @@ TEST(SchedulerTrace, WithoutAnswersThinkRunsAtTheFullThinkBatchRoundRobin) {
   EXPECT_EQ(rig.step(), "t9 t10 t11 t12 t1 t2 t3 t4 t5 t6");
 }
 
-TEST(SchedulerTrace, AnswersKeepTheStepWithinTheOutputBudgetAndDueThinkStillRuns) {
+TEST(SchedulerTrace, AnswersKeepTheirMeanWithinTheOutputBudgetAndThinkingTakesWhatTheyBank) {
   SchedulerRig rig(trace_options(), kCost);
   for (RequestId id = 1; id <= 8; ++id) rig.add(id, 4);
   for (RequestId id = 9; id <= 11; ++id) rig.add(id, 4, false);
   rig.step({}, kPrefillMs);  // every first token at t = 20 ms
-  // Answer steps aim at 90% of the 20 ms budget (18 ms). Three answers take
-  // 16 ms: room for one think decode, served round robin (each think request
-  // every ~144 ms, well inside its 400 ms mean budget).
+  // Three answers take 16 ms. The first steps aim at 90 % of the 20 ms budget (18 ms): one
+  // think decode, round robin. Each banks 2 ms of the answers' mean; once their next
+  // deadline is 24 ms away, the ceiling (0.9 x 24 = 21.6 ms) holds two think decodes and the
+  // steps run at the budget itself (ADR-0029; the ceiling stopped at 18 ms before).
   run_table(rig, {
-                     {nullptr, {}, "o9 o10 o11 t1"},
-                     {nullptr, {}, "o9 o10 o11 t2"},
-                     {nullptr, {}, "o9 o10 o11 t3"},
-                     {nullptr, {}, "o9 o10 o11 t4"},
-                     {nullptr, {}, "o9 o10 o11 t5"},
+                     {nullptr, {}, "o9 o10 o11 t1"},     // t = 20 -> 38 ms, deadline 60
+                     {nullptr, {}, "o9 o10 o11 t2"},     // -> 56 ms, deadline 80: 24 ms of slack
+                     {nullptr, {}, "o9 o10 o11 t3 t4"},  // 20 ms steps from here on
+                     {nullptr, {}, "o9 o10 o11 t5 t6"},
+                     {nullptr, {}, "o9 o10 o11 t7 t8"},
                  });
   EXPECT_TRUE(rig.last.stats.output_slo_bound);
   EXPECT_EQ(rig.last.stats.output_batch, 3U);
   EXPECT_EQ(rig.last.stats.output_batch_budget, 5U);
+  // Over many steps the answers' mean gap stays within the budget and no step passes
+  // 1.35 budgets: the time they banked went to thinking, none of their SLO did.
+  std::int64_t before = rig.now_ns;
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_EQ(rig.step().substr(0, 11), "o9 o10 o11 ");
+    EXPECT_LE(rig.now_ns - before, 27'000'000) << "step " << i;
+    before = rig.now_ns;
+  }
+  const std::int64_t answer_tokens = 1 + 5 + 200;
+  EXPECT_LE(rig.now_ns - 20'000'000, (answer_tokens - 1) * 20'000'000);
+  EXPECT_GT(rig.now_ns - 20'000'000, (answer_tokens - 1) * 19'000'000);  // not far below it either
+}
+
+TEST(SchedulerTrace, AnAnswerThatBankedMuchStillGetsNoGapPastOneAndAHalfBudgets) {
+  // One answer streams alone in 12 ms steps and banks 8 ms a step: 100 ms of slack when
+  // eight think requests arrive, 92 ms after their prefill. A step with optional think
+  // decodes still stops at 0.9 x 1.5 x 20 = 27 ms: seven think decodes (10 + 2 x 8 = 26 ms),
+  // not all eight (ADR-0029; the ceiling stopped at 18 ms, three decodes, before).
+  SchedulerRig rig(trace_options(), kCost);
+  rig.add(1, 4, false);
+  rig.step({}, kPrefillMs);
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(rig.step(), "o1");
+  for (RequestId id = 2; id <= 9; ++id) rig.add(id, 1);
+  ASSERT_EQ(rig.step(), "o1 p2:1 p3:1 p4:1 p5:1 p6:1 p7:1 p8:1 p9:1");  // 28 ms of the 100 banked
+  const std::int64_t before = rig.now_ns;
+  EXPECT_EQ(rig.step().substr(0, 3), "o1 ");
+  EXPECT_EQ(rig.last.stats.think_batch, 7U);
+  EXPECT_LE(rig.now_ns - before, 27'000'000);
 }
 
 TEST(SchedulerTrace, TheEnginesOwnPrefillTakesTheRoomBeforeOptionalThink) {
