@@ -138,6 +138,11 @@ def build_body(spec: RequestSpec, messages: list[dict], cfg: RunConfig) -> dict:
     return body
 
 
+def _only_flushed_bytes(text: str) -> bool:
+    """Whether ``text`` is nothing but replacement characters (undecodable bytes flushed)."""
+    return bool(text) and not text.strip("\ufffd")
+
+
 class _Split:
     """The reasoning/answer state machine of one streamed request."""
 
@@ -201,6 +206,11 @@ class _Split:
             self.last_answer = t
             rec.answer_text += content
         rec.last_token = t
+        # vLLM's incremental detokenizer holds the bytes of an unfinished UTF-8 character and
+        # flushes them as U+FFFD when the reasoning ends: text of a think token already
+        # counted, in the chunk that carries </think>.
+        if _only_flushed_bytes(reasoning_text) and rec.think_tokens > 0:
+            reasoning_text = ""
         if (content and not answer_in_chunk) or (reasoning_text and not think_in_chunk):
             rec.split_mismatches += 1
             if len(rec.split_mismatch_chunks) < 4:
