@@ -144,7 +144,9 @@ struct SchedulerCounters {
   /// Partial prefills released (recompute) because nothing ran and no prefill could move.
   std::uint64_t livelock_releases = 0;
   std::uint64_t due_think_decodes = 0;
-  std::uint64_t output_slo_overruns = 0;  ///< steps predicted above output_tpot_budget_ms
+  /// Steps predicted past output_tpot_budget_ms and past the tightest answer's slack (a step
+  /// that takes an answer beyond its mean gap).
+  std::uint64_t output_slo_overruns = 0;
   std::uint64_t rejected_step_times = 0;
   std::uint64_t admission_cached_tokens =
       0;  ///< tokens found in the prefix cache at admission (PrefixLookup)

@@ -119,6 +119,7 @@ struct DualQueueScheduler::Impl {
   std::vector<std::uint32_t> to_abort;
   std::uint64_t step = 0;
   double recent_step_ms = 0;         // EWMA of observed step times
+  double overrun_threshold_ms = 0;   // this step's output SLO overrun bound: max(budget, answer slack)
   std::int64_t earliest_due_ns = 0;  // this step's earliest due think deadline (decode_due_think)
   bool plan_pending = false;
   std::uint64_t running_context = 0;  // sum of computed over the two running queues
@@ -477,7 +478,9 @@ struct DualQueueScheduler::Impl {
     st.total_tokens = tok;
     st.kv_tokens = kv;
     st.predicted_step_ms = model.predict_ms(tok, kv);
-    if (st.output_slo_bound && st.predicted_step_ms > opt.output_tpot_budget_ms) {
+    // An overrun takes some answer past its mean: beyond the budget and
+    // beyond what the tightest answer banked (ADR-0029).
+    if (st.output_slo_bound && st.predicted_step_ms > overrun_threshold_ms) {
       ++counters.output_slo_overruns;
     }
     counters.scheduled_tokens += tok;
@@ -542,6 +545,7 @@ struct DualQueueScheduler::Impl {
     // at least once: two steps (plus margin) within half the budget.
     const double answer_budget_ms = opt.output_tpot_budget_ms;
     const double answer_slack = answer_slack_ms(now_ns);
+    overrun_threshold_ms = std::max(answer_budget_ms, answer_slack);
     st.step_ceiling_ms =
         output_active ? kOutputCeilingShare * std::clamp(answer_slack, kMinCeilingBudgets * answer_budget_ms,
                                                          kMaxCeilingBudgets * answer_budget_ms)

@@ -226,7 +226,7 @@ constexpr std::array<MetricSpec, kMetricCount> kCatalog = {{
      "steps",
      {},
      {},
-     "Steps predicted above output_tpot_budget_ms.",
+     "Steps predicted past output_tpot_budget_ms and past the slack the tightest answer banked.",
      "DualQueueScheduler::counters().output_slo_overruns",
      "Above 20% of steps: answers exceed the output budget (runbook: answer ITL above the output budget)."},
     {"meridian_scheduler_stalls_total",

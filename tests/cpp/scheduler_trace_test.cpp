@@ -136,6 +136,8 @@ TEST(SchedulerTrace, AnAnswerThatBankedMuchStillGetsNoGapPastOneAndAHalfBudgets)
   EXPECT_EQ(rig.step().substr(0, 3), "o1 ");
   EXPECT_EQ(rig.last.stats.think_batch, 7U);
   EXPECT_LE(rig.now_ns - before, 27'000'000);
+  // Both steps passed the 20 ms budget within what the answer banked: no overrun.
+  EXPECT_EQ(rig.scheduler.counters().output_slo_overruns, 0U);
 }
 
 TEST(SchedulerTrace, TheEnginesOwnPrefillTakesTheRoomBeforeOptionalThink) {
