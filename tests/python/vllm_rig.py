@@ -117,10 +117,15 @@ def write_config(tmp_path: pathlib.Path, monkeypatch, text: str) -> None:
 
 
 def slow_model_config(tmp_path: pathlib.Path, monkeypatch) -> None:
-    """A static step-cost model in which only a few decodes fit the 20 ms
-    answer ceiling, so the plan leaves think decodes out."""
-    write_config(tmp_path, monkeypatch, "[scheduler]\nstep_cost_online = false\nstep_cost_base_ms = 2.0\n"
-                 "step_cost_per_token_ms = 1.0\nstep_cost_per_kv_token_us = 0.0\nmin_prefill_tokens_per_step = 16\n")
+    """A static step-cost model in which only 16 decodes fit the answer
+    ceiling, so the plan leaves think decodes out. The rig's steps take far
+    less wall time than the model predicts, so the answers have always banked
+    slack and their ceiling is its largest, 0.9 x 1.5 x 20 ms = 27 ms
+    (ADR-0029): 3 + 1.5 x 16. The think budget is scaled with the costs (80 ms
+    x 1.5), so steps without answers hold the same tokens as at 2 + 1 x n."""
+    write_config(tmp_path, monkeypatch, "[scheduler]\nstep_cost_online = false\nstep_cost_base_ms = 3.0\n"
+                 "step_cost_per_token_ms = 1.5\nstep_cost_per_kv_token_us = 0.0\nmin_prefill_tokens_per_step = 16\n"
+                 "think_tpot_budget_ms = 120.0\n")
 
 
 TokenChooser = Callable[[Request], int]
