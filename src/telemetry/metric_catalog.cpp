@@ -405,8 +405,9 @@ constexpr std::array<MetricSpec, kMetricCount> kCatalog = {{
      kItlBuckets,
      "Gaps between consecutive visible tokens of a request.",
      "engine (replay simulator, vLLM adapter)",
-     "P99 above output_tpot_budget_ms: answer streams stutter (runbook: answer ITL above the output "
-     "budget)."},
+     "P99 above 1.35 x output_tpot_budget_ms: answer streams stutter (runbook: answer ITL above the "
+     "output budget). Up to 1.35 budgets is by design: a step may spend what the answers banked "
+     "(ADR-0029)."},
     {"meridian_slo_requests_total",
      kCounter,
      "requests",
