@@ -189,11 +189,7 @@ void DualQueueScheduler::Impl::release_partial_prefills() {
     }
   }
   if (keeper == kNil) return;
-  std::sort(chosen.begin(), chosen.end(), [&](std::uint32_t a, std::uint32_t b) {
-    const Slot& x = table.at(a);
-    const Slot& y = table.at(b);
-    return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
-  });
+  sort_least_progress_first(chosen);
   const Slot& k = table.at(keeper);
   const std::uint32_t remaining = table.cold(keeper).target - k.computed;
   const std::uint64_t need = new_blocks(k.computed, remaining);
