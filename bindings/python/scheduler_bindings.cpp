@@ -3,6 +3,7 @@
 // once per step. Plans are returned by value, so a Python reference stays
 // valid after the next schedule() call.
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nanobind/operators.h>
@@ -350,11 +351,11 @@ void bind_scheduler_class(nb::module_& m) {
       .def(
           "add",
           [](DualQueueScheduler& s, RequestId id, std::uint32_t prompt_tokens, Phase phase,
-             std::uint32_t cached_prompt_tokens, std::int64_t arrival_ns) {
-            s.add(NewRequest{id, phase, prompt_tokens, cached_prompt_tokens, arrival_ns});
+             std::uint32_t cached_prompt_tokens, std::int64_t arrival_ns, std::uint32_t preemptions) {
+            s.add(NewRequest{id, phase, prompt_tokens, cached_prompt_tokens, arrival_ns, preemptions});
           },
           "request_id"_a, "prompt_tokens"_a, "phase"_a = Phase::kThinkDecode, "cached_prompt_tokens"_a = 0,
-          "arrival_ns"_a = 0)
+          "arrival_ns"_a = 0, "preemptions"_a = 0)
       .def("set_phase", &DualQueueScheduler::set_phase, "request_id"_a, "phase"_a)
       .def("finish", &DualQueueScheduler::finish, "request_id"_a)
       .def(
@@ -376,7 +377,7 @@ void bind_scheduler_class(nb::module_& m) {
           "end_ns"_a, "ran"_a)
       .def("observe_step", &DualQueueScheduler::observe_step, "tokens"_a, "kv_tokens"_a, "observed_ms"_a)
       .def("admission_victims", &DualQueueScheduler::admission_victims, "arrival_ns"_a, "need_blocks"_a,
-           "free_blocks"_a, "now_ns"_a,
+           "free_blocks"_a, "now_ns"_a, "max_victims"_a = std::numeric_limits<std::size_t>::max(),
            "Think requests to preempt so a new prompt near its TTFT can start (ADR-0027); see "
            "DualQueueScheduler::admission_victims in meridian/scheduler.h")
       .def(

@@ -54,6 +54,10 @@ struct NewRequest {
   std::uint32_t prompt_tokens = 0;         ///< >= 1
   std::uint32_t cached_prompt_tokens = 0;  ///< prefix-cache hit: already in KV, no prefill
   std::int64_t arrival_ns = 0;
+  /// Times it was preempted before: an engine that re-adds a victim when it
+  /// resumes (the vLLM adapter) passes its count, so that admission by
+  /// pausing thinking (ADR-0027) never names it again.
+  std::uint32_t preemptions = 0;
 };
 
 enum class WorkKind : std::uint8_t {
@@ -263,13 +267,16 @@ class DualQueueScheduler {
   /// requests that can pause (never preempted before; two TTFT budgets of
   /// slack against their mean think TPOT and, when set, their TTFV) cover
   /// the need, least progress first, at most preempt_max_fraction of the
-  /// running set; blocks are counted as context / block_tokens. Answers are
-  /// never named. The engine preempts them and reports each with finish();
-  /// they are counted in counters().admission_preemptions. Ignores
+  /// running set and at most `max_victims` (what the step has left when the
+  /// engine pauses for several prompts in one step); blocks are counted as
+  /// context / block_tokens. Answers are never named. The engine preempts
+  /// them and reports each with finish() before it asks again; they are
+  /// counted in counters().admission_preemptions. Ignores
   /// SchedulerOptions::preemption_enabled (such an engine turns the core's
   /// own preemption off); the caller decides whether pausing is on.
   std::vector<RequestId> admission_victims(std::int64_t arrival_ns, std::uint64_t need_blocks,
-                                           std::uint64_t free_blocks, std::int64_t now_ns);
+                                           std::uint64_t free_blocks, std::int64_t now_ns,
+                                           std::size_t max_victims = std::numeric_limits<std::size_t>::max());
   /// TTFT triage (ADR-0028) for an engine that orders its own waiting queue
   /// (the vLLM adapter): `queue` holds its new prompts (never preempted) in
   /// queue order. Returns, ascending, the indices of those that can no longer

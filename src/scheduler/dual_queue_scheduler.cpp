@@ -115,6 +115,7 @@ void DualQueueScheduler::add(const NewRequest& request) {
   c.shared_blocks = r.computed / m.opt.block_tokens;
   c.arrival_ns = request.arrival_ns;
   c.last_token_ns = request.arrival_ns;
+  c.preemptions = request.preemptions;
   m.table.push_back(Queue::kWaitQueue, s);
 }
 

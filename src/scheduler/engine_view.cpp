@@ -39,13 +39,15 @@ void DualQueueScheduler::engine_view(EngineView& out) const {
 
 std::vector<RequestId> DualQueueScheduler::admission_victims(std::int64_t arrival_ns,
                                                              std::uint64_t need_blocks,
-                                                             std::uint64_t free_blocks, std::int64_t now_ns) {
+                                                             std::uint64_t free_blocks, std::int64_t now_ns,
+                                                             std::size_t max_victims) {
   Impl& m = *impl_;
   std::vector<RequestId> out;
   m.now_ns_ = now_ns;
   if (now_ns - arrival_ns < m.admit_after_ns) return out;
   const std::uint32_t running = m.table.depth(Queue::kOutputQueue) + m.table.depth(Queue::kThinkQueue);
-  if (!m.choose_paused(need_blocks, free_blocks, m.victim_cap(running), false)) return out;
+  const std::size_t cap = std::min(m.victim_cap(running), max_victims);
+  if (!m.choose_paused(need_blocks, free_blocks, cap, false)) return out;
   out.reserve(m.chosen.size());
   for (std::uint32_t s : m.chosen) out.push_back(m.table.at(s).id);
   m.counters.admission_preemptions += out.size();

@@ -126,6 +126,31 @@ def test_memory_pressure_preempts_think_before_answers():
     assert sched.counters.preemptions_by_phase == [[0, 0, 0], [1, 0, 0]]  # [output, think] x mode
 
 
+def test_admission_victims_skip_requests_preempted_before_and_keep_the_step_share():
+    # ADR-0027 for an engine adapter: think requests with the slack to wait are
+    # named, least progress first. One re-added after a preemption (the vLLM
+    # adapter re-adds a victim when it resumes) is never named again, and
+    # max_victims bounds what one step gives over several prompts.
+    _, sched, kv = engine_parts(config_text="[scheduler]\npreempt_max_fraction = 1.0\n")
+    sched.add(1, prompt_tokens=160)
+    sched.add(2, prompt_tokens=160)
+    sched.add(3, prompt_tokens=160, preemptions=1)
+    now = 0
+    for _ in range(40):  # 40 think tokens each: a 3.2 s mean deadline at 80 ms
+        _, now = run_step(sched, kv, now)
+    assert sched.view(3).generated_tokens == sched.view(1).generated_tokens == 40
+    arrived = now - 600_000_000  # waited past half the 1 s TTFT
+    one = sched.view(1).context_tokens // 16
+    assert sched.admission_victims(arrived, 1, 0, now) in ([1], [2])
+    both = sched.admission_victims(arrived, 2 * one, 0, now)
+    assert sorted(both) == [1, 2]  # 3 is never named
+    assert sched.admission_victims(arrived, 3 * one, 0, now) == []  # only 3 would cover it
+    assert sched.admission_victims(arrived, 2 * one, 0, now, max_victims=1) == []
+    assert sched.admission_victims(arrived, 1, 0, now, max_victims=0) == []
+    assert sched.admission_victims(now - 100_000_000, 1, 0, now) == []  # not waited long enough
+    assert sched.counters.admission_preemptions == 3  # the calls that named victims
+
+
 def test_step_cost_model_learns():
     model = StepCostModel(StepCostCoefficients(base_ms=1, per_token_ms=1, per_kv_token_us=0), online=True)
     for tokens in range(1, 200):

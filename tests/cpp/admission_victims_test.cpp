@@ -1,0 +1,73 @@
+// Admission by pausing thinking (ADR-0027) as an engine adapter asks for it:
+// DualQueueScheduler::admission_victims().
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "meridian/scheduler.h"
+#include "scheduler_rig.h"
+
+namespace meridian {
+namespace {
+
+using testing::SchedulerRig;
+
+constexpr std::int64_t kMs = 1'000'000;
+
+SchedulerOptions options() {
+  SchedulerOptions o;
+  o.total_kv_blocks = 1024;
+  o.preempt_max_fraction = 1.0;
+  return o;
+}
+
+// Three think requests of a 160-token prompt that have each decoded 40 think
+// tokens (a 3.2 s mean deadline at 80 ms a token, far past two TTFT budgets);
+// request 3 was added back after a preemption.
+class AdmissionVictims : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rig.add(1, 160);
+    rig.add(2, 160);
+    rig.scheduler.add({3, Phase::kThinkDecode, 160, 0, 0, 1});
+    while (rig.scheduler.view(3)->generated_tokens < 40) rig.step({}, 5.0);
+    ASSERT_EQ(rig.scheduler.view(1)->generated_tokens, 40U);
+    arrived = rig.now_ns - 600 * kMs;  // waited past half the 1 s TTFT
+    blocks = rig.scheduler.view(1)->context_tokens / 16;
+  }
+
+  std::vector<RequestId> victims(std::uint64_t need,
+                                 std::size_t max_victims = std::numeric_limits<std::size_t>::max()) {
+    std::vector<RequestId> out = rig.scheduler.admission_victims(arrived, need, 0, rig.now_ns, max_victims);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  SchedulerRig rig{options(), StepCostCoefficients{5.0, 0.0, 0.0}};
+  std::int64_t arrived = 0;
+  std::uint64_t blocks = 0;
+};
+
+TEST_F(AdmissionVictims, ARequestPreemptedBeforeIsNeverNamed) {
+  EXPECT_EQ(victims(2 * blocks), (std::vector<RequestId>{1, 2}));
+  EXPECT_TRUE(victims(3 * blocks).empty());  // only request 3 would cover it: all or nothing
+  EXPECT_EQ(rig.scheduler.counters().admission_preemptions, 2U);
+}
+
+TEST_F(AdmissionVictims, MaxVictimsBoundsWhatOneCallNames) {
+  EXPECT_EQ(victims(1, 1).size(), 1U);
+  EXPECT_TRUE(victims(2 * blocks, 1).empty());
+  EXPECT_TRUE(victims(1, 0).empty());
+}
+
+TEST_F(AdmissionVictims, APromptThatHasNotWaitedHalfItsTtftPausesNobody) {
+  arrived = rig.now_ns - 400 * kMs;
+  EXPECT_TRUE(victims(1).empty());
+  EXPECT_EQ(rig.scheduler.counters().admission_preemptions, 0U);
+}
+
+}  // namespace
+}  // namespace meridian
