@@ -36,11 +36,12 @@ def by_position(tokens: dict[str, list[int]]):
     return choose
 
 
-def run(cls, late_blocks: int = 30):
-    """Three think requests fill most of a 100-block pool; at step 400 a chat
-    prompt of `late_blocks` blocks arrives that does not fit. Returns (steps
-    until vLLM admitted the prompt, the scheduler, the delivered tokens,
-    the scripted tokens, the steps where a request was preempted)."""
+def run_arrivals(cls, arrivals: list[tuple[int, str, int, bool]]):
+    """Three think requests fill most of a 100-block pool; then each of
+    `arrivals` (step, id, blocks, reasoning: its prompt opens a think block)
+    arrives. Returns (the step vLLM admitted each arrival, the scheduler, the
+    delivered tokens, the scripted tokens, the steps where a request was
+    preempted)."""
     sched = build(cls, num_blocks=100)
     clock = [0]
     if cls is Scheduler:
@@ -49,29 +50,40 @@ def run(cls, late_blocks: int = 30):
     for i in range(THINKERS):
         sched.add_request(request(f"t{i}", prompt(16, i)))
         tokens[f"t{i}"] = [THINK] + [WORD + i] * (THINK_TOKENS + 10 * i) + [END_THINK, WORD, WORD, EOS]
-    tokens["late"] = [WORD + 7] * 5 + [EOS]
+    for _, rid, _, reasoning in arrivals:
+        tokens[rid] = ([WORD + 8] * 3 + [END_THINK] if reasoning else []) + [WORD + 7] * 5 + [EOS]
     stepper = TwoInFlight(sched, by_position(tokens))
     delivered: dict[str, list[int]] = {}
-    admitted_at = None
+    admitted_at: dict[str, int] = {}
     preemptions = []
     for n in range(1, 3000):
         if not sched.requests:
             break
-        if n == LATE_AT_STEP:
-            sched.add_request(request("late", prompt(late_blocks * 16, 99)))
+        for at, rid, blocks, reasoning in arrivals:
+            if n == at:
+                body = prompt(blocks * 16 - 1, 99 + len(rid) + ord(rid[-1])) + [THINK] if reasoning \
+                    else prompt(blocks * 16, 99 + ord(rid[-1]))
+                sched.add_request(request(rid, body))
         out, outputs = stepper.step()
         clock[0] += STEP_NS
         if out.preempted_req_ids:
             preemptions.append(n)
-        if admitted_at is None and "late" in {r.req_id for r in out.scheduled_new_reqs}:
-            admitted_at = n
+        for r in out.scheduled_new_reqs:
+            admitted_at.setdefault(r.req_id, n)
         for eco in (outputs or {}).values():
             for o in eco.outputs:
                 delivered.setdefault(o.request_id, []).extend(o.new_token_ids)
     stepper.drain()
     assert not sched.requests, "every request finished"
-    assert admitted_at is not None
-    return admitted_at - LATE_AT_STEP, sched, delivered, tokens, preemptions
+    assert all(rid in admitted_at for _, rid, _, _ in arrivals)
+    return admitted_at, sched, delivered, tokens, preemptions
+
+
+def run(cls, late_blocks: int = 30):
+    """A chat prompt of `late_blocks` blocks arrives at step 400, when it does
+    not fit. Returns (steps until vLLM admitted it, then as run_arrivals)."""
+    admitted_at, sched, delivered, tokens, preemptions = run_arrivals(cls, [(LATE_AT_STEP, "late", late_blocks, False)])
+    return admitted_at["late"] - LATE_AT_STEP, sched, delivered, tokens, preemptions
 
 
 def test_a_prompt_near_its_ttft_pauses_thinking_and_outputs_stay_exact():
@@ -106,4 +118,47 @@ def test_without_preemption_or_when_the_prompt_fits_nothing_is_paused(tmp_path, 
     write_config(tmp_path, monkeypatch, "[scheduler]\npreemption_enabled = false\n")
     wait, sched, delivered, tokens, _ = run(Scheduler)
     assert wait > 100 and sched.meridian_stats()["paused_for_admission"] == 0
+    assert delivered == tokens
+
+
+def test_every_prompt_near_its_ttft_pauses_in_the_same_step(tmp_path, monkeypatch):
+    # Two chat prompts of 22 blocks arrive together when 21 are free: neither
+    # fits. At half their TTFT both pause thinking in the same step (one think
+    # request each), as the core's lanes take every at-risk prompt within the
+    # step's prefill budget; one a step would leave the second a step behind,
+    # and under load a queue of them past their TTFT. The victim share is
+    # raised so that three running requests may give two victims in a step.
+    write_config(tmp_path, monkeypatch, "[scheduler]\npreempt_max_fraction = 1.0\n")
+    admitted, sched, delivered, tokens, preemptions = run_arrivals(
+        Scheduler, [(LATE_AT_STEP, "a", 22, False), (LATE_AT_STEP, "b", 22, False)])
+    assert 25 <= admitted["a"] - LATE_AT_STEP <= 28, admitted
+    assert admitted["b"] == admitted["a"], admitted
+    stats = sched.meridian_stats()
+    assert stats["paused_for_admission"] == 2 and stats["preempted_answer"] == 0 and stats["fallbacks"] == 0
+    assert sched.meridian.core.counters.admission_preemptions == 2
+    assert delivered == tokens
+
+
+def test_the_victim_share_bounds_the_pauses_of_a_step():
+    # The default share (1/8 of three running: one victim a step): the second
+    # prompt pauses its own think request a step later.
+    admitted, sched, delivered, tokens, _ = run_arrivals(
+        Scheduler, [(LATE_AT_STEP, "a", 22, False), (LATE_AT_STEP, "b", 22, False)])
+    assert 25 <= admitted["a"] - LATE_AT_STEP <= 28, admitted
+    assert admitted["b"] > admitted["a"], admitted
+    assert sched.meridian_stats()["paused_for_admission"] == 2
+    assert delivered == tokens
+
+
+def test_a_younger_chat_prompt_ahead_does_not_hold_back_an_older_one():
+    # A reasoning prompt arrives at step 400 and a chat prompt at 415, 22
+    # blocks each: neither fits. The adapter puts chat prompts ahead of
+    # reasoning ones in vLLM's queue, so the young chat prompt is the head;
+    # the reasoning prompt still pauses thinking once it has waited half its
+    # TTFT (it waited 15 steps longer), and the chat prompt once it has.
+    admitted, sched, delivered, tokens, _ = run_arrivals(
+        Scheduler, [(LATE_AT_STEP, "r", 22, True), (LATE_AT_STEP + 15, "c", 22, False)])
+    assert 25 <= admitted["r"] - LATE_AT_STEP <= 28, admitted
+    assert 25 <= admitted["c"] - (LATE_AT_STEP + 15) <= 28, admitted
+    assert sched.meridian_stats()["paused_for_admission"] == 2
     assert delivered == tokens

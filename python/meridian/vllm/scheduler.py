@@ -37,17 +37,18 @@ decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017, ADR-0024):
    and, after a preemption until the pool recovers, everything but chat
    (``max_num_active_reqs`` for that step admits only the requests ahead of
    the first one held).
-5. **Admission by pausing thinking** (ADR-0027). When the first prompt vLLM
-   would admit is new, has waited half of ``ttft_slo_ms`` and its blocks do
-   not fit, the core names running think requests that have the slack to wait
-   (two TTFT budgets against their mean think TPOT and, when set, their TTFV;
-   never preempted before; least progress first; at most
-   ``preempt_max_fraction`` of the running set). They are preempted with
-   vLLM's own ``_preempt_request`` before ``schedule()`` (their in-flight
-   output dropped, as ``reset_prefix_cache`` does, so nothing is delivered
-   out of order with two steps in flight) and the prompt goes ahead of them
-   in the waiting queue, past the watermarks. Answers are never paused;
-   ``preemption_enabled = false`` turns it off.
+5. **Admission by pausing thinking** (ADR-0027). For each new prompt in
+   vLLM's queue that has waited half of ``ttft_slo_ms`` (in queue order, as
+   the core's lanes take them, until they hold the last plan's prefill
+   budget) whose blocks do not fit, the core names running think requests
+   that have the slack to wait (two TTFT budgets against their mean think
+   TPOT and, when set, their TTFV; never preempted before; least progress
+   first; at most ``preempt_max_fraction`` of the running set in the step).
+   They are preempted with vLLM's own ``_preempt_request`` before
+   ``schedule()`` (their in-flight output dropped, as ``reset_prefix_cache``
+   does, so nothing is delivered out of order with two steps in flight) and
+   the prompts go ahead of them in the waiting queue, past the watermarks.
+   Answers are never paused; ``preemption_enabled = false`` turns it off.
 
 Phases come from the real ``PhaseRouter``, fed once per step with the tokens
 vLLM kept (an output vLLM drops as stale is not fed). The C++ scheduler sees
@@ -210,7 +211,10 @@ class _Adapter:
         self.pause_thinking = cfg.scheduler.preemption_enabled
         self.admit_after_ns = int(_ADMIT_AFTER_TTFT_SHARE * cfg.scheduler.ttft_slo_ms * 1e6)
         self.arrived_ns: dict[int, int] = {}  # on the planning clock
-        self.paused_for: str | None = None  # this step's prompt admitted past the watermarks
+        self.paused_for: set[str] = set()  # this step's prompts admitted past the watermarks
+        self.preempt_max_fraction = cfg.scheduler.preempt_max_fraction
+        # The prefill budget of the last plan: how many prompt tokens pausing takes per step.
+        self.last_prefill_budget = sched.max_num_scheduled_tokens
         # TTFT triage (ADR-0028): new prompts that can no longer meet their
         # TTFT go behind the others in vLLM's waiting queue, every step.
         self.ttft_triage = cfg.scheduler.ttft_triage
@@ -393,19 +397,25 @@ class _Adapter:
     # --- the step ---------------------------------------------------------
 
     def pause_for_admission(self, sched: Scheduler) -> int:
-        """Admission by pausing thinking (ADR-0027), before the step is planned:
-        when the first new prompt in vLLM's queue (victims, which vLLM puts
-        at the front, are passed over as the core's lanes pass them) has
-        waited half of ttft_slo_ms and its blocks (as ``allocate_slots``
-        checks them, plus vLLM's watermark) do not fit, preempts the think
-        requests the core names. The prompt goes to the front of the queue
-        and passes the watermarks this step (so it does when its blocks fit
-        but a victim ahead or a watermark holds it). Returns how many were
-        paused. FCFS queue only (the priority policy's heap is vLLM's order).
-        Prefix-cache hits are not looked up (as in _engine_prefill_tokens): a
-        prompt that would hit counts all its blocks, which can only pause
-        more than it needed."""
-        self.paused_for = None
+        """Admission by pausing thinking (ADR-0027), before the step is planned,
+        as the core's lanes do it: every new prompt in vLLM's queue (victims,
+        which vLLM puts at the front, are passed over as the core's lanes pass
+        them; so are prompts TTFT triage deferred and those that have not
+        waited half of ttft_slo_ms), in queue order, until the prompts taken
+        hold the last step's prefill budget. Each one whose blocks (as
+        ``allocate_slots`` checks them, plus vLLM's watermark, beyond what the
+        prompts taken before it claim) do not fit preempts the think requests
+        the core names, at most the core's per-step victim share over the
+        step; the first for which the core names none ends the walk (FCFS: no
+        later prompt overtakes it by pausing). The prompts taken go, in
+        order, to the front of the queue and pass the watermarks this step
+        (so a prompt does when its blocks fit but a victim ahead or a
+        watermark holds it). Returns how many were paused. FCFS queue only
+        (the priority policy's heap is vLLM's order). Prefix-cache hits are
+        not looked up (as in _engine_prefill_tokens): a prompt that would hit
+        counts all its blocks, which can only pause more than it needed.
+        O(waiting) per step."""
+        self.paused_for.clear()
         if self.waiting_dirty:
             self.waiting_dirty = False
             self._chat_prompts_first(sched.waiting)
@@ -413,38 +423,59 @@ class _Adapter:
         waiting = sched.waiting
         if not self.pause_thinking or not sched.running or not waiting or not isinstance(waiting, deque):
             return 0
-        head = None
-        for r in waiting:
-            if r.num_preemptions or r.num_computed_tokens or r.status not in _ADMISSIBLE:
-                continue  # a victim, or a request vLLM skips this step
-            head = r
-            break
-        if head is None or head.request_id in self.deferred:
-            return 0  # (a deferred prompt misses its TTFT anyway: it pauses nobody)
-        mid = self.mid_of.get(head.request_id)
-        arrived = self.arrived_ns.get(mid) if mid is not None else None
         now = self.clock_ns()
-        if arrived is None or now - arrived < self.admit_after_ns:
-            return 0
-        need, _ = _admission_blocks(sched, head, _prefill_chunk(sched, head, sched.max_num_scheduled_tokens))
-        need += getattr(sched.kv_cache_manager, "watermark_blocks", 0)
-        free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
-        victims = []
-        if free < need:
-            victims = engine_requests_of(self.requests, self.core.admission_victims(arrived, need, free, now))
-            if not victims:
-                return 0
+        pool = sched.kv_cache_manager.block_pool
+        watermark = getattr(sched.kv_cache_manager, "watermark_blocks", 0)
+        budget = max(1, self.last_prefill_budget)
+        victims_left = max(1, int(self.preempt_max_fraction * len(sched.running)))
+        # The at-risk prompts, in queue order, until they hold the budget (a
+        # pass of its own: preempting puts victims into the queue being read).
+        at_risk: list[tuple[Request, int, int]] = []
+        tokens = 0
+        for r in waiting:
+            if tokens >= budget:
+                break
+            if r.num_preemptions or r.num_computed_tokens or r.status not in _ADMISSIBLE \
+                    or r.request_id in self.deferred:
+                continue  # a victim, a request vLLM skips this step, or a deferred prompt (a miss anyway)
+            mid = self.mid_of.get(r.request_id)
+            arrived = self.arrived_ns.get(mid) if mid is not None else None
+            if arrived is None or now - arrived < self.admit_after_ns:
+                continue  # not at risk yet: the watermarks hold it as before
+            chunk = _prefill_chunk(sched, r, sched.max_num_scheduled_tokens)
+            at_risk.append((r, arrived, chunk))
+            tokens += chunk
+        claimed = paused = 0
+        taken: list[Request] = []
         timestamp = time.monotonic()
-        for r in victims:
-            sched.running.remove(r)
-            sched._preempt_request(r, timestamp, drop_stale_output=True)
-        # vLLM puts victims at the front of the queue: the prompt goes first.
-        if waiting[0] is not head:
-            waiting.remove(head)
-            waiting.appendleft(head)
-        self.paused_for = head.request_id
-        self.stats["paused_for_admission"] += len(victims)
-        return len(victims)
+        for r, arrived, chunk in at_risk:
+            need, chunk_blocks = _admission_blocks(sched, r, chunk)
+            need += watermark + claimed
+            free = pool.get_num_free_blocks()
+            if free < need:
+                victims = engine_requests_of(self.requests, self.core.admission_victims(
+                    arrived, need, free, now, victims_left)) if victims_left > 0 else []
+                if not victims:
+                    break  # FCFS: no prompt behind it overtakes it by pausing
+                for v in victims:
+                    sched.running.remove(v)
+                    sched._preempt_request(v, timestamp, drop_stale_output=True)
+                paused += len(victims)
+                victims_left -= len(victims)
+            claimed += chunk_blocks
+            taken.append(r)
+        if not taken:
+            return 0
+        # vLLM puts victims at the front of the queue: the prompts taken go first.
+        if any(a is not b for a, b in zip(taken, waiting)):
+            ids = {id(r) for r in taken}
+            rest = [r for r in waiting if id(r) not in ids]
+            waiting.clear()
+            waiting.extend(taken)
+            waiting.extend(rest)
+        self.paused_for.update(r.request_id for r in taken)
+        self.stats["paused_for_admission"] += paused
+        return paused
 
     def before_schedule(self, sched: Scheduler) -> tuple[int, int | None, int]:
         """Plans the step, reorders ``sched.running`` and gates the think
@@ -457,6 +488,7 @@ class _Adapter:
         self.admit = self.admission_limit(sched)
         self.limits.engine_prefill_tokens = self._engine_prefill_tokens(sched, self.admit)
         unplanned, order, prefill_budget, answers_active, _ = self.core.plan_for_engine(self.limits, now)
+        self.last_prefill_budget = prefill_budget
         reqs = self.requests
         running = sched.running
         no_throttle = self.no_throttle
@@ -614,7 +646,7 @@ class _Adapter:
         phase, mid_of = self.phase, self.mid_of
         admitted = 0
         for r in waiting:
-            if r.request_id == self.paused_for:  # admitted by pausing thinking (ADR-0027)
+            if r.request_id in self.paused_for:  # admitted by pausing thinking (ADR-0027)
                 admitted += 1
                 continue
             victim = r.num_preemptions > 0
@@ -874,7 +906,8 @@ class _Adapter:
             self.telemetry.clock.set_thinking(mid, phase == _THINK)
         context = max(1, r.num_computed_tokens)
         # Known from its first token on: planned as a one-token step.
-        self.core.add(mid, context, phase, context - 1, int(r.arrival_time * 1e9))
+        # A resumed victim carries its preemptions: it is never paused for admission again.
+        self.core.add(mid, context, phase, context - 1, int(r.arrival_time * 1e9), r.num_preemptions)
         self.in_core.add(mid)
 
 
