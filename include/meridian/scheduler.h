@@ -58,6 +58,12 @@ struct NewRequest {
   /// resumes (the vLLM adapter) passes its count, so that admission by
   /// pausing thinking (ADR-0027) never names it again.
   std::uint32_t preemptions = 0;
+  /// Prompt tokens an engine already computed for this request alone (the
+  /// vLLM adapter adds a request at its first generated token): no prefill,
+  /// and unlike cached_prompt_tokens (a prefix shared through the cache) its
+  /// KV is the request's own, so a preemption frees it. The larger of the two
+  /// counts as computed.
+  std::uint32_t computed_prompt_tokens = 0;
 };
 
 enum class WorkKind : std::uint8_t {

@@ -96,6 +96,10 @@ void DualQueueScheduler::add(const NewRequest& request) {
     throw InvalidArgument(fmt::format("request {}: cached_prompt_tokens {} exceeds prompt_tokens {}",
                                       request.id, request.cached_prompt_tokens, request.prompt_tokens));
   }
+  if (request.computed_prompt_tokens > request.prompt_tokens) {
+    throw InvalidArgument(fmt::format("request {}: computed_prompt_tokens {} exceeds prompt_tokens {}",
+                                      request.id, request.computed_prompt_tokens, request.prompt_tokens));
+  }
   if (request.phase == Phase::kComplete) {
     throw InvalidArgument(fmt::format("request {}: cannot add a completed request", request.id));
   }
@@ -111,8 +115,9 @@ void DualQueueScheduler::add(const NewRequest& request) {
   SlotCold& c = m.table.cold(s);
   c.target = request.prompt_tokens;
   // At least one prompt token is always computed: it produces the first logits.
-  r.computed = std::min(request.cached_prompt_tokens, request.prompt_tokens - 1);
-  c.shared_blocks = r.computed / m.opt.block_tokens;
+  const std::uint32_t cached = std::min(request.cached_prompt_tokens, request.prompt_tokens - 1);
+  r.computed = std::max(cached, std::min(request.computed_prompt_tokens, request.prompt_tokens - 1));
+  c.shared_blocks = cached / m.opt.block_tokens;  // only the cache's blocks are shared
   c.arrival_ns = request.arrival_ns;
   c.last_token_ns = request.arrival_ns;
   c.preemptions = request.preemptions;

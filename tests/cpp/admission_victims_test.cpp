@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "meridian/error.h"
 #include "meridian/scheduler.h"
 #include "scheduler_rig.h"
 
@@ -67,6 +68,34 @@ TEST_F(AdmissionVictims, APromptThatHasNotWaitedHalfItsTtftPausesNobody) {
   arrived = rig.now_ns - 400 * kMs;
   EXPECT_TRUE(victims(1).empty());
   EXPECT_EQ(rig.scheduler.counters().admission_preemptions, 0U);
+}
+
+// An engine adds a request at its first generated token with its prompt
+// computed (computed_prompt_tokens): that KV is the request's own, so a pause
+// frees all of it. A prompt found in the prefix cache (cached_prompt_tokens)
+// is shared: a pause frees only what the request added.
+TEST(AdmissionVictimsOfEngineRequests, AComputedPromptIsFreedAndACachedOneIsNot) {
+  SchedulerRig rig{options(), StepCostCoefficients{5.0, 0.0, 0.0}};
+  rig.scheduler.add({1, Phase::kThinkDecode, 1600, 0, 0, 0, 1599});  // its own 100 blocks
+  rig.scheduler.add({2, Phase::kThinkDecode, 1600, 1599, 0, 0, 0});  // 99 of them shared
+  while (rig.scheduler.view(1)->generated_tokens < 40) rig.step({}, 5.0);
+  ASSERT_EQ(rig.scheduler.view(2)->context_tokens, 1639U);  // 103 blocks each
+  const std::int64_t arrived = rig.now_ns - 600 * kMs;
+  auto victims = [&](std::uint64_t need) {
+    std::vector<RequestId> out = rig.scheduler.admission_victims(arrived, need, 0, rig.now_ns);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  // Equal progress: the newer (2) is taken first, and frees 103 - 99 = 4 blocks.
+  EXPECT_EQ(victims(4), (std::vector<RequestId>{2}));
+  EXPECT_EQ(victims(5), (std::vector<RequestId>{1, 2}));
+  EXPECT_EQ(victims(107), (std::vector<RequestId>{1, 2}));  // 4 + 103
+  EXPECT_TRUE(victims(108).empty());
+}
+
+TEST(AdmissionVictimsOfEngineRequests, AComputedPromptPastThePromptIsAnError) {
+  SchedulerRig rig{options(), StepCostCoefficients{5.0, 0.0, 0.0}};
+  EXPECT_THROW(rig.scheduler.add({1, Phase::kThinkDecode, 16, 0, 0, 0, 17}), InvalidArgument);
 }
 
 }  // namespace

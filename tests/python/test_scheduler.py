@@ -214,6 +214,8 @@ def test_bad_input_is_a_clear_error():
         sched.add(2, prompt_tokens=0)
     with pytest.raises(ValueError, match="cached_prompt_tokens 9 exceeds prompt_tokens 4"):
         sched.add(3, prompt_tokens=4, cached_prompt_tokens=9)
+    with pytest.raises(ValueError, match="computed_prompt_tokens 5 exceeds prompt_tokens 4"):
+        sched.add(3, prompt_tokens=4, computed_prompt_tokens=5)
     bad = SchedulerOptions()
     bad.preempt_max_fraction = 1.5
     with pytest.raises(ValueError, match=r"scheduler\.preempt_max_fraction must be in \(0, 1\]; got 1.5"):

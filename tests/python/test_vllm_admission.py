@@ -36,19 +36,19 @@ def by_position(tokens: dict[str, list[int]]):
     return choose
 
 
-def run_arrivals(cls, arrivals: list[tuple[int, str, int, bool]]):
-    """Three think requests fill most of a 100-block pool; then each of
-    `arrivals` (step, id, blocks, reasoning: its prompt opens a think block)
-    arrives. Returns (the step vLLM admitted each arrival, the scheduler, the
-    delivered tokens, the scripted tokens, the steps where a request was
-    preempted)."""
-    sched = build(cls, num_blocks=100)
+def run_arrivals(cls, arrivals: list[tuple[int, str, int, bool]], thinker_prompt: int = 16, num_blocks: int = 100):
+    """Three think requests (prompts of `thinker_prompt` tokens) fill most of
+    a `num_blocks` pool; then each of `arrivals` (step, id, blocks,
+    reasoning: its prompt opens a think block) arrives. Returns (the step vLLM
+    admitted each arrival, the scheduler, the delivered tokens, the scripted
+    tokens, the steps where a request was preempted)."""
+    sched = build(cls, num_blocks=num_blocks)
     clock = [0]
     if cls is Scheduler:
         sched.meridian.clock_ns = lambda: clock[0]
     tokens = {}
     for i in range(THINKERS):
-        sched.add_request(request(f"t{i}", prompt(16, i)))
+        sched.add_request(request(f"t{i}", prompt(thinker_prompt, i)))
         tokens[f"t{i}"] = [THINK] + [WORD + i] * (THINK_TOKENS + 10 * i) + [END_THINK, WORD, WORD, EOS]
     for _, rid, _, reasoning in arrivals:
         tokens[rid] = ([WORD + 8] * 3 + [END_THINK] if reasoning else []) + [WORD + 7] * 5 + [EOS]
@@ -161,4 +161,17 @@ def test_a_younger_chat_prompt_ahead_does_not_hold_back_an_older_one():
     assert 25 <= admitted["r"] - LATE_AT_STEP <= 28, admitted
     assert 25 <= admitted["c"] - (LATE_AT_STEP + 15) <= 28, admitted
     assert sched.meridian_stats()["paused_for_admission"] == 2
+    assert delivered == tokens
+
+
+def test_a_think_request_with_a_long_prompt_frees_all_of_it():
+    # Thinkers with 40-block prompts hold ~47 blocks each at step 100, when a
+    # 70-block prompt arrives and 59 are free. One victim covers it (the
+    # default share: one a step): the core counts the victim's whole context
+    # as freed, as vLLM frees it, not only the tokens it generated (the
+    # adapter hands the core the prompt as computed, not as a cached prefix).
+    admitted, sched, delivered, tokens, _ = run_arrivals(
+        Scheduler, [(100, "late", 70, False)], thinker_prompt=40 * 16, num_blocks=200)
+    assert 25 <= admitted["late"] - 100 <= 28, admitted
+    assert sched.meridian_stats()["paused_for_admission"] == 1
     assert delivered == tokens

@@ -906,8 +906,10 @@ class _Adapter:
             self.telemetry.clock.set_thinking(mid, phase == _THINK)
         context = max(1, r.num_computed_tokens)
         # Known from its first token on: planned as a one-token step.
-        # A resumed victim carries its preemptions: it is never paused for admission again.
-        self.core.add(mid, context, phase, context - 1, int(r.arrival_time * 1e9), r.num_preemptions)
+        # Its context is its own KV (computed, not a shared prefix), so a pause
+        # counts all of it as freed; a resumed victim carries its preemptions,
+        # so it is never paused for admission again.
+        self.core.add(mid, context, phase, 0, int(r.arrival_time * 1e9), r.num_preemptions, context - 1)
         self.in_core.add(mid)
 
 
