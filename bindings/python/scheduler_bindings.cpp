@@ -352,12 +352,14 @@ void bind_scheduler_class(nb::module_& m) {
           "add",
           [](DualQueueScheduler& s, RequestId id, std::uint32_t prompt_tokens, Phase phase,
              std::uint32_t cached_prompt_tokens, std::int64_t arrival_ns, std::uint32_t preemptions,
-             std::uint32_t computed_prompt_tokens) {
+             std::uint32_t computed_prompt_tokens, std::uint32_t generated_tokens,
+             std::int64_t first_token_ns) {
             s.add(NewRequest{id, phase, prompt_tokens, cached_prompt_tokens, arrival_ns, preemptions,
-                             computed_prompt_tokens});
+                             computed_prompt_tokens, generated_tokens, first_token_ns});
           },
           "request_id"_a, "prompt_tokens"_a, "phase"_a = Phase::kThinkDecode, "cached_prompt_tokens"_a = 0,
-          "arrival_ns"_a = 0, "preemptions"_a = 0, "computed_prompt_tokens"_a = 0)
+          "arrival_ns"_a = 0, "preemptions"_a = 0, "computed_prompt_tokens"_a = 0, "generated_tokens"_a = 0,
+          "first_token_ns"_a = 0)
       .def("set_phase", &DualQueueScheduler::set_phase, "request_id"_a, "phase"_a)
       .def("finish", &DualQueueScheduler::finish, "request_id"_a)
       .def(

@@ -64,6 +64,13 @@ struct NewRequest {
   /// KV is the request's own, so a preemption frees it. The larger of the two
   /// counts as computed.
   std::uint32_t computed_prompt_tokens = 0;
+  /// A think request an engine re-adds after a preemption keeps its history,
+  /// as a victim the scheduler preempted itself does: the tokens it generated
+  /// since its first token, and that token's time. Its think deadlines count
+  /// from there, so time spent preempted makes it due, not new. generated_tokens
+  /// needs first_token_ns (> 0).
+  std::uint32_t generated_tokens = 0;
+  std::int64_t first_token_ns = 0;
 };
 
 enum class WorkKind : std::uint8_t {

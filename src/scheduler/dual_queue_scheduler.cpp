@@ -103,6 +103,10 @@ void DualQueueScheduler::add(const NewRequest& request) {
   if (request.phase == Phase::kComplete) {
     throw InvalidArgument(fmt::format("request {}: cannot add a completed request", request.id));
   }
+  if (request.generated_tokens > 0 && request.first_token_ns <= 0) {
+    throw InvalidArgument(fmt::format("request {}: generated_tokens {} needs first_token_ns > 0 (got {})",
+                                      request.id, request.generated_tokens, request.first_token_ns));
+  }
   const std::uint64_t need = std::uint64_t{m.blocks_for(request.prompt_tokens)} + 1;
   if (need > m.opt.total_kv_blocks) {
     throw InvalidArgument(fmt::format("request {}: a {}-token prompt needs {} KV blocks; the capacity is {}",
@@ -121,6 +125,11 @@ void DualQueueScheduler::add(const NewRequest& request) {
   c.arrival_ns = request.arrival_ns;
   c.last_token_ns = request.arrival_ns;
   c.preemptions = request.preemptions;
+  r.generated = request.generated_tokens;
+  if (request.generated_tokens > 0) {
+    c.first_token_ns = request.first_token_ns;
+    c.last_token_ns = std::max(c.last_token_ns, request.first_token_ns);
+  }
   m.table.push_back(Queue::kWaitQueue, s);
 }
 

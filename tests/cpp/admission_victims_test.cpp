@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -96,6 +97,22 @@ TEST(AdmissionVictimsOfEngineRequests, AComputedPromptIsFreedAndACachedOneIsNot)
 TEST(AdmissionVictimsOfEngineRequests, AComputedPromptPastThePromptIsAnError) {
   SchedulerRig rig{options(), StepCostCoefficients{5.0, 0.0, 0.0}};
   EXPECT_THROW(rig.scheduler.add({1, Phase::kThinkDecode, 16, 0, 0, 0, 17}), InvalidArgument);
+  EXPECT_THROW(rig.scheduler.add({2, Phase::kThinkDecode, 16, 0, 0, 1, 15, 10, 0}), InvalidArgument);
+}
+
+// A think request re-added after a preemption with its history (100 tokens
+// since a first token 9 s ago: its mean deadline, 8 s after it, has passed)
+// is due at once; the same request re-added as new is not.
+TEST(EngineReaddedRequests, AResumedThinkRequestKeepsItsDeadline) {
+  SchedulerRig rig{options(), StepCostCoefficients{5.0, 0.0, 0.0}};
+  rig.now_ns = 20'000 * kMs;
+  rig.scheduler.add({1, Phase::kThinkDecode, 200, 0, 0, 1, 199, 100, rig.now_ns - 9'000 * kMs});
+  rig.scheduler.add({2, Phase::kThinkDecode, 200, 0, 0, 1, 199});
+  EXPECT_EQ(rig.scheduler.view(1)->generated_tokens, 100U);
+  rig.step({}, 5.0);  // the one-token steps that put both back
+  const std::string next = rig.step({}, 5.0);
+  EXPECT_NE(next.find("T1"), std::string::npos) << next;
+  EXPECT_EQ(next.find("T2"), std::string::npos) << next;
 }
 
 }  // namespace

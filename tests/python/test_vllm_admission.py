@@ -36,13 +36,17 @@ def by_position(tokens: dict[str, list[int]]):
     return choose
 
 
-def run_arrivals(cls, arrivals: list[tuple[int, str, int, bool]], thinker_prompt: int = 16, num_blocks: int = 100):
+def run_arrivals(cls, arrivals: list[tuple[int, str, int, bool]], thinker_prompt: int = 16, num_blocks: int = 100,
+                 on_build=None):
     """Three think requests (prompts of `thinker_prompt` tokens) fill most of
     a `num_blocks` pool; then each of `arrivals` (step, id, blocks,
     reasoning: its prompt opens a think block) arrives. Returns (the step vLLM
     admitted each arrival, the scheduler, the delivered tokens, the scripted
-    tokens, the steps where a request was preempted)."""
+    tokens, the steps where a request was preempted). `on_build(sched)` runs
+    once the scheduler is built."""
     sched = build(cls, num_blocks=num_blocks)
+    if on_build is not None:
+        on_build(sched)
     clock = [0]
     if cls is Scheduler:
         sched.meridian.clock_ns = lambda: clock[0]
@@ -79,10 +83,11 @@ def run_arrivals(cls, arrivals: list[tuple[int, str, int, bool]], thinker_prompt
     return admitted_at, sched, delivered, tokens, preemptions
 
 
-def run(cls, late_blocks: int = 30):
+def run(cls, late_blocks: int = 30, on_build=None):
     """A chat prompt of `late_blocks` blocks arrives at step 400, when it does
     not fit. Returns (steps until vLLM admitted it, then as run_arrivals)."""
-    admitted_at, sched, delivered, tokens, preemptions = run_arrivals(cls, [(LATE_AT_STEP, "late", late_blocks, False)])
+    admitted_at, sched, delivered, tokens, preemptions = run_arrivals(
+        cls, [(LATE_AT_STEP, "late", late_blocks, False)], on_build=on_build)
     return admitted_at["late"] - LATE_AT_STEP, sched, delivered, tokens, preemptions
 
 
@@ -175,3 +180,26 @@ def test_a_think_request_with_a_long_prompt_frees_all_of_it():
     assert 25 <= admitted["late"] - 100 <= 28, admitted
     assert sched.meridian_stats()["paused_for_admission"] == 1
     assert delivered == tokens
+
+
+def test_a_paused_request_resumes_with_its_think_history():
+    # The paused think request re-enters the core with the tokens it generated
+    # and its first token's time, as a victim the core preempted itself keeps
+    # them: its think deadlines count the time it spent paused.
+    seen = []
+
+    def watch(sched):
+        adapter = sched.meridian
+        enter = adapter._enter_core
+
+        def entered(mid, r):
+            enter(mid, r)
+            if r.num_preemptions:
+                seen.append((r.num_output_tokens, adapter.core.view(mid).generated_tokens))
+        adapter._enter_core = entered
+
+    _, _, delivered, tokens, _ = run(Scheduler, on_build=watch)
+    assert delivered == tokens
+    assert seen, "the paused request resumed"
+    for output_tokens, generated in seen:
+        assert output_tokens > 1 and generated == output_tokens - 1

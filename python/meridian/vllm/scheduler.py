@@ -58,7 +58,10 @@ decode; prefill stays vLLM's), is told what vLLM actually scheduled each step
 step's measured time with the step's real features (every scheduled token,
 prefill chunks included, and their context), so its step-cost model learns
 what vLLM ran, not what the plan asked for. It is told when vLLM preempts a
-request, parks a resumable (streaming-input) session, and finishes one.
+request, parks a resumable (streaming-input) session, and finishes one. A
+think request vLLM resumes re-enters the core with its history (tokens since
+its first, that token's time, its preemptions), as a victim the core preempted
+itself keeps them, so its think deadlines count the time it spent preempted.
 
 Fail-safe: an exception in Meridian's code during a step leaves that step to
 vLLM's stock behaviour (the running list and budgets restored), is counted in
@@ -211,6 +214,7 @@ class _Adapter:
         self.pause_thinking = cfg.scheduler.preemption_enabled
         self.admit_after_ns = int(_ADMIT_AFTER_TTFT_SHARE * cfg.scheduler.ttft_slo_ms * 1e6)
         self.arrived_ns: dict[int, int] = {}  # on the planning clock
+        self.first_token_ns: dict[int, int] = {}  # when each entered the core first (its first token)
         self.paused_for: set[str] = set()  # this step's prompts admitted past the watermarks
         self.preempt_max_fraction = cfg.scheduler.preempt_max_fraction
         # The prefill budget of the last plan: how many prompt tokens pausing takes per step.
@@ -295,6 +299,7 @@ class _Adapter:
         self.telemetry.finished(mid, r is not None and r.status in _COMPLETED, think_tokens)
         self.requests.pop(mid, None)
         self.arrived_ns.pop(mid, None)
+        self.first_token_ns.pop(mid, None)
         self.phase.pop(mid, None)
         self.no_throttle.discard(mid)
         self.pending.pop(request_id, None)
@@ -909,7 +914,12 @@ class _Adapter:
         # Its context is its own KV (computed, not a shared prefix), so a pause
         # counts all of it as freed; a resumed victim carries its preemptions,
         # so it is never paused for admission again.
-        self.core.add(mid, context, phase, 0, int(r.arrival_time * 1e9), r.num_preemptions, context - 1)
+        # A think request resumed after a preemption keeps its history (tokens since its first,
+        # and that first token's time), so its think deadlines count the time it spent preempted.
+        first = self.first_token_ns.setdefault(mid, self.clock_ns())
+        history = max(0, r.num_output_tokens - 1) if phase == _THINK and r.num_preemptions else 0
+        self.core.add(mid, context, phase, 0, int(r.arrival_time * 1e9), r.num_preemptions, context - 1,
+                      history, first if history else 0)
         self.in_core.add(mid)
 
 
