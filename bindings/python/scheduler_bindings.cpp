@@ -384,6 +384,9 @@ void bind_scheduler_class(nb::module_& m) {
            "free_blocks"_a, "now_ns"_a, "max_victims"_a = std::numeric_limits<std::size_t>::max(),
            "Think requests to preempt so a new prompt near its TTFT can start (ADR-0027); see "
            "DualQueueScheduler::admission_victims in meridian/scheduler.h")
+      .def("step_victim_share", &DualQueueScheduler::step_victim_share,
+           "The per-step victim share admission_victims keeps (ADR-0027); see "
+           "DualQueueScheduler::step_victim_share in meridian/scheduler.h")
       .def(
           "ttft_deferrals",
           [](DualQueueScheduler& s, const std::vector<std::int64_t>& arrival_ns,

@@ -290,6 +290,11 @@ class DualQueueScheduler {
   std::vector<RequestId> admission_victims(std::int64_t arrival_ns, std::uint64_t need_blocks,
                                            std::uint64_t free_blocks, std::int64_t now_ns,
                                            std::size_t max_victims = std::numeric_limits<std::size_t>::max());
+  /// The per-step victim share admission_victims() keeps: preempt_max_fraction
+  /// of the running requests this scheduler knows (answer and think queues),
+  /// at least one. An engine that pauses for several prompts in one step reads
+  /// it once, before the first, and passes what is left as `max_victims`. O(1).
+  [[nodiscard]] std::size_t step_victim_share() const;
   /// TTFT triage (ADR-0028) for an engine that orders its own waiting queue
   /// (the vLLM adapter): `queue` holds its new prompts (never preempted) in
   /// queue order. Returns, ascending, the indices of those that can no longer

@@ -45,13 +45,17 @@ std::vector<RequestId> DualQueueScheduler::admission_victims(std::int64_t arriva
   std::vector<RequestId> out;
   m.now_ns_ = now_ns;
   if (now_ns - arrival_ns < m.admit_after_ns) return out;
-  const std::uint32_t running = m.table.depth(Queue::kOutputQueue) + m.table.depth(Queue::kThinkQueue);
-  const std::size_t cap = std::min(m.victim_cap(running), max_victims);
+  const std::size_t cap = std::min(step_victim_share(), max_victims);
   if (!m.choose_paused(need_blocks, free_blocks, cap, false)) return out;
   out.reserve(m.chosen.size());
   for (std::uint32_t s : m.chosen) out.push_back(m.table.at(s).id);
   m.counters.admission_preemptions += out.size();
   return out;
+}
+
+std::size_t DualQueueScheduler::step_victim_share() const {
+  const Impl& m = *impl_;
+  return m.victim_cap(m.table.depth(Queue::kOutputQueue) + m.table.depth(Queue::kThinkQueue));
 }
 
 std::vector<std::size_t> DualQueueScheduler::ttft_deferrals(std::span<const WaitingPrompt> queue,

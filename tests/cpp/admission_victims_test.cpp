@@ -60,9 +60,27 @@ TEST_F(AdmissionVictims, ARequestPreemptedBeforeIsNeverNamed) {
 }
 
 TEST_F(AdmissionVictims, MaxVictimsBoundsWhatOneCallNames) {
+  EXPECT_EQ(rig.scheduler.step_victim_share(), 3U);  // preempt_max_fraction 1.0 of three
   EXPECT_EQ(victims(1, 1).size(), 1U);
   EXPECT_TRUE(victims(2 * blocks, 1).empty());
   EXPECT_TRUE(victims(1, 0).empty());
+}
+
+// The share an engine reads before pausing for the first prompt of a step:
+// preempt_max_fraction of the requests the core knows, at least one; every
+// call is bounded by it whatever max_victims says.
+TEST(StepVictimShare, IsTheFractionOfTheRunningRequestsAndAtLeastOne) {
+  SchedulerOptions o = options();
+  o.preempt_max_fraction = 0.5;
+  SchedulerRig rig{o, StepCostCoefficients{5.0, 0.0, 0.0}};
+  EXPECT_EQ(rig.scheduler.step_victim_share(), 1U);  // nothing runs
+  for (RequestId id = 1; id <= 5; ++id) rig.add(id, 160);
+  while (rig.scheduler.view(1)->generated_tokens < 40) rig.step({}, 5.0);
+  EXPECT_EQ(rig.scheduler.step_victim_share(), 2U);  // floor(0.5 * 5)
+  const std::uint64_t blocks = rig.scheduler.view(1)->context_tokens / 16;
+  const std::int64_t arrived = rig.now_ns - 600 * kMs;
+  EXPECT_TRUE(rig.scheduler.admission_victims(arrived, 3 * blocks, 0, rig.now_ns).empty());  // three > two
+  EXPECT_EQ(rig.scheduler.admission_victims(arrived, 2 * blocks, 0, rig.now_ns).size(), 2U);
 }
 
 TEST_F(AdmissionVictims, APromptThatHasNotWaitedHalfItsTtftPausesNobody) {

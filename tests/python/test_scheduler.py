@@ -139,6 +139,7 @@ def test_admission_victims_skip_requests_preempted_before_and_keep_the_step_shar
     for _ in range(40):  # 40 think tokens each: a 3.2 s mean deadline at 80 ms
         _, now = run_step(sched, kv, now)
     assert sched.view(3).generated_tokens == sched.view(1).generated_tokens == 40
+    assert sched.step_victim_share() == 3  # preempt_max_fraction 1.0 of the three it knows
     arrived = now - 600_000_000  # waited past half the 1 s TTFT
     one = sched.view(1).context_tokens // 16
     assert sched.admission_victims(arrived, 1, 0, now) in ([1], [2])

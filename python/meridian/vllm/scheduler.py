@@ -216,7 +216,6 @@ class _Adapter:
         self.arrived_ns: dict[int, int] = {}  # on the planning clock
         self.first_token_ns: dict[int, int] = {}  # when each entered the core first (its first token)
         self.paused_for: set[str] = set()  # this step's prompts admitted past the watermarks
-        self.preempt_max_fraction = cfg.scheduler.preempt_max_fraction
         # The prefill budget of the last plan: how many prompt tokens pausing takes per step.
         self.last_prefill_budget = sched.max_num_scheduled_tokens
         # TTFT triage (ADR-0028): new prompts that can no longer meet their
@@ -432,7 +431,7 @@ class _Adapter:
         pool = sched.kv_cache_manager.block_pool
         watermark = getattr(sched.kv_cache_manager, "watermark_blocks", 0)
         budget = max(1, self.last_prefill_budget)
-        victims_left = max(1, int(self.preempt_max_fraction * len(sched.running)))
+        victims_left = self.core.step_victim_share()
         # The at-risk prompts, in queue order, until they hold the budget (a
         # pass of its own: preempting puts victims into the queue being read).
         at_risk: list[tuple[Request, int, int]] = []
@@ -459,7 +458,7 @@ class _Adapter:
             free = pool.get_num_free_blocks()
             if free < need:
                 victims = engine_requests_of(self.requests, self.core.admission_victims(
-                    arrived, need, free, now, victims_left)) if victims_left > 0 else []
+                    arrived, need, free, now, victims_left))
                 if not victims:
                     break  # FCFS: no prompt behind it overtakes it by pausing
                 for v in victims:
@@ -910,12 +909,11 @@ class _Adapter:
             self.phase[mid] = phase
             self.telemetry.clock.set_thinking(mid, phase == _THINK)
         context = max(1, r.num_computed_tokens)
-        # Known from its first token on: planned as a one-token step.
-        # Its context is its own KV (computed, not a shared prefix), so a pause
-        # counts all of it as freed; a resumed victim carries its preemptions,
-        # so it is never paused for admission again.
-        # A think request resumed after a preemption keeps its history (tokens since its first,
-        # and that first token's time), so its think deadlines count the time it spent preempted.
+        # Known from its first token on, planned as a one-token step. Its
+        # context is its own KV (not a shared prefix): a pause frees all of it.
+        # A resumed victim carries its preemptions (never paused again) and,
+        # in think, its history (tokens since its first and that token's
+        # time), so its think deadlines count the time it spent preempted.
         first = self.first_token_ns.setdefault(mid, self.clock_ns())
         history = max(0, r.num_output_tokens - 1) if phase == _THINK and r.num_preemptions else 0
         self.core.add(mid, context, phase, 0, int(r.arrival_time * 1e9), r.num_preemptions, context - 1,
