@@ -494,6 +494,27 @@ def test_a_waiting_prompt_vllm_cannot_admit_holds_no_think_decode(tmp_path, monk
     assert m.stats["fallbacks"] == 0
 
 
+def test_a_prompt_vllm_admits_while_free_blocks_are_below_the_think_growth_is_counted(tmp_path, monkeypatch):
+    """vLLM keeps no reserve for the running think requests' growth: with
+    fewer free blocks than that growth (12 think requests x 8 blocks here), a
+    prompt whose blocks fit is still admitted, so the estimate counts it. It
+    read 0 while the cap took that growth off the free blocks: in the engine
+    replay's KV-full minutes, steps planned within the answers' ceiling ran
+    up to 1.8 times longer (docs/replay.md)."""
+    slow_model_config(tmp_path, monkeypatch)
+    sched = build(Scheduler, num_blocks=100)  # 1,600 tokens
+    m = sched.meridian
+    stepper = thinking(sched, 12, 150)
+    free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
+    assert free < m.core.last_stats.think_queue_depth * m.growth_blocks  # below the growth
+    sched.add_request(request("after", prompt(64, 78)))  # 4 blocks: they fit
+    out, _ = stepper.step()
+    assert out.num_scheduled_tokens.get("after") == 64
+    assert m.core.last_stats.engine_prefill_tokens == 64
+    assert m.stats["fallbacks"] == 0
+    stepper.drain()
+
+
 def test_a_request_vllm_skips_this_step_holds_no_think_decode(tmp_path, monkeypatch):
     """vLLM's queue passes over a request that cannot start yet (here a
     structured-output request whose grammar is still compiling: it stays

@@ -546,7 +546,12 @@ class _Adapter:
         plan itself (it knows a request from its first token on): what is left
         of the prompts being prefilled, then the waiting prompts vLLM will
         admit, up to the step's token budget and to what the free KV blocks
-        hold beyond the running think requests' growth. The core plans them as
+        hold. (Not only what they hold beyond the running think requests'
+        growth: vLLM keeps no such reserve, the watermarks' ``admit`` count is
+        how the core's lanes keep it, and pausing admits past them. With that
+        reserve taken off, under KV pressure the estimate read 0 while vLLM
+        prefilled hundreds of tokens, and steps planned within the answers'
+        ceiling ran up to 1.8 times longer.) The core plans them as
         prefill, ahead of think decode the guarantee does not need (ADR-0025),
         so the estimate follows vLLM's own admission: the first ``admit``
         waiting requests (the watermarks), each only if its blocks fit as
@@ -562,8 +567,7 @@ class _Adapter:
         if not self.pending and not sched.waiting:
             return 0
         free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
-        reserve = self.core.last_stats.think_queue_depth * self.growth_blocks
-        cap = min(sched.max_num_scheduled_tokens, max(0, free - reserve) * sched.block_size)
+        cap = min(sched.max_num_scheduled_tokens, free * sched.block_size)
         if cap == 0:
             return 0
         total = 0
