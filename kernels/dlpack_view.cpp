@@ -41,7 +41,10 @@ LogitsView logits_view_from_dlpack(const DLTensor& tensor, ProbeDevice* device) 
   }
   view.vocab = static_cast<std::size_t>(tensor.shape[dims - 1]);
   view.rows = dims == 2 ? static_cast<std::size_t>(tensor.shape[0]) : 1;
-  if (tensor.strides != nullptr) {
+  // An empty tensor holds no element, so its strides mean nothing: NumPy 2.5 exports a [0, vocab]
+  // array with strides (0, 0) where 2.3 exported none.
+  const bool empty = view.rows == 0 || view.vocab == 0;
+  if (tensor.strides != nullptr && !empty) {
     if (tensor.strides[dims - 1] != 1 && view.vocab > 1) {
       throw KernelError(
           fmt::format("logits tensor: last-dimension stride is {}; the vocab dimension must be "

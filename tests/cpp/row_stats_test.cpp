@@ -289,6 +289,23 @@ TEST(RowStats, DlpackTensorsBecomeViews) {
   EXPECT_THROW((void)logits_view_from_dlpack(t), KernelError);  // vocab not contiguous
 }
 
+TEST(RowStats, EmptyDlpackTensorsIgnoreTheirStrides) {
+  // NumPy 2.5 exports a [0, vocab] array with strides (0, 0); it holds nothing to read.
+  std::array<std::int64_t, 2> shape{0, 151936};
+  std::array<std::int64_t, 2> strides{0, 0};
+  DLTensor t{};
+  t.device = {kDLCPU, 0};
+  t.ndim = 2;
+  t.dtype = {kDLFloat, 32, 1};
+  t.shape = shape.data();
+  t.strides = strides.data();
+  const LogitsView v = logits_view_from_dlpack(t);
+  EXPECT_EQ(v.rows, 0U);
+  EXPECT_EQ(v.vocab, 151936U);
+  shape = {3, 151936};  // the same strides with rows to read are still refused
+  EXPECT_THROW((void)logits_view_from_dlpack(t), KernelError);
+}
+
 TEST(RowStats, BackendSelection) {
   auto cpu = make_row_stats_backend(ProbeDevice::kCpu);
   EXPECT_EQ(cpu->device(), ProbeDevice::kCpu);
