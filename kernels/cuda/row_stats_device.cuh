@@ -8,8 +8,9 @@
 // through shared memory. With one split the block finishes the row itself;
 // otherwise each block writes its partial to the caller's workspace, and the
 // last block of the row to arrive (an atomic counter, cleared by the launch
-// with cudaMemsetAsync) merges them in double and finishes the row. The merge
-// and finish formulas are the CPU kernel's (row_stats_math.h).
+// with cudaMemsetAsync) merges them in double, one warp's lanes in parallel,
+// and finishes the row. The rebase and finish formulas are the CPU kernel's
+// (row_stats_math.h).
 #pragma once
 
 #include <algorithm>
@@ -28,6 +29,9 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 // A split is only worth a block when it has this many elements to read.
 constexpr std::size_t kMinElementsPerSplit = 8192;
+// 16-byte loads each thread has in flight before it uses any (measured on an H100: 4 over 2 is
+// 0.57 over 0.555 of copy bandwidth on [256, 151936] bf16; docs/benchmarks.md).
+constexpr int kLoads = 4;
 
 struct ThreadState {
   float m;
@@ -151,19 +155,62 @@ __device__ float load_one(const T* row, std::size_t i) {
   return widen(row[i]);
 }
 
-// 16-byte vector of T: 4 floats or 8 halves.
+constexpr float kLog2e = 1.4426950408889634F;
+
+// 2^x in one MUFU instruction (ex2.approx.ftz, relative error below 2^-22). Results under 2^-126
+// flush to zero, which no sum here notices: the row's own max contributes e^0 = 1 to it.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 16-byte vector of T: 4 floats or 8 halves. Logits are finite almost always, so the vector is
+// first folded with no per-element flag, best or max test and with the one-instruction
+// exponential (those tests and libm's expf made the kernel issue-bound at a third of the memory
+// bandwidth on an H100). A NaN or -inf in the vector turns s or d into NaN (e^NaN; 0 * -inf) and
+// +inf is the vector's max: then nothing is added and every element goes through observe().
 template <typename T>
 __device__ __forceinline__ void observe_vector(ThreadState& st, const uint4& raw, std::int32_t first) {
   constexpr int kPer = 16 / static_cast<int>(sizeof(T));
   T values[kPer];
   memcpy(values, &raw, sizeof(raw));
-  // Raise the max once for the whole vector: fewer rescales.
+  float x[kPer];
   float local_max = -INFINITY;
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) local_max = fmaxf(local_max, widen(values[k]));
+  for (int k = 0; k < kPer; ++k) {
+    x[k] = widen(values[k]);
+    local_max = fmaxf(local_max, x[k]);
+  }
+  const bool maybe_finite = local_max < INFINITY;
+  if (maybe_finite) {
+    if (local_max > st.best) {  // the first index of the vector's max, as observe()'s strict > keeps
+      int at = 0;
+#pragma unroll
+      for (int k = kPer - 1; k >= 0; --k) at = x[k] == local_max ? k : at;
+      st.best = local_max;
+      st.best_index = first + at;
+    }
+    if (local_max > st.m) raise_max(st, local_max);
+    float s = 0.0F;
+    float d = 0.0F;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const float t = x[k] - st.m;
+      const float e = fast_exp2(t * kLog2e);
+      s += e;
+      d = fmaf(e, t, d);
+    }
+    if (!isnan(s + d)) {
+      st.s += s;
+      st.d += d;
+      return;
+    }
+  }
+  // Raise the max once for the whole vector: fewer rescales.
   if (local_max > st.m && local_max != INFINITY) raise_max(st, local_max);
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) observe(st, widen(values[k]), first + k);
+  for (int k = 0; k < kPer; ++k) observe(st, x[k], first + k);
 }
 
 // Finishes row `row_index` from its merged state (run by one thread).
@@ -177,29 +224,51 @@ __device__ void write_row(const KernelParams& p, const T* row, std::size_t row_i
   p.out[row_index] = kernels::finish_row(total, mass, total.s > 0.0 ? best_index : -1, flags);
 }
 
-// The last block of a split row merges every split's partial (in double).
+// The last block of a split row merges every split's partial (in double). Warp 0 does it: the
+// row's max over the splits first, then each lane rebases its splits to that max and the lanes'
+// sums are added. The rebases are independent, where folding the splits one by one into a running
+// total chained a global load and a double exp per split (0.43 us each on an H100).
 template <typename T>
 __device__ void finish_split_row(const KernelParams& p, const T* row, std::size_t row_index) {
-  kernels::PartialRow total = kernels::empty_partial();
+  constexpr unsigned kAll = 0xffffffffU;
+  const unsigned lane = threadIdx.x;
+  const volatile ThreadState* parts = p.partials + row_index * p.splits;
+  float m = -INFINITY;
+  for (unsigned k = lane; k < p.splits; k += 32) m = fmaxf(m, parts[k].m);
+  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(kAll, m, offset));
+  double s = 0.0;
+  double d = 0.0;
   std::uint32_t flags = 0;
   float best = -INFINITY;
   std::int32_t best_index = -1;
-  const volatile ThreadState* parts = p.partials + row_index * p.splits;
-  for (unsigned k = 0; k < p.splits; ++k) {
-    const float part_m = parts[k].m;
-    const float part_s = parts[k].s;
-    const float part_d = parts[k].d;
-    const float part_best = parts[k].best;
-    const std::int32_t part_index = parts[k].best_index;
+  for (unsigned k = lane; k < p.splits; k += 32) {
+    const kernels::PartialRow part = kernels::rebase(
+        kernels::PartialRow{parts[k].m, static_cast<double>(parts[k].s), static_cast<double>(parts[k].d)}, m);
+    s += part.s;
+    d += part.d;
     flags |= parts[k].flags;
-    total = kernels::merge(
-        total, kernels::PartialRow{part_m, static_cast<double>(part_s), static_cast<double>(part_d)});
-    // Splits come in index order, so a strict > keeps the first index of the max.
-    if (part_index >= 0 && part_best > best) {
-      best = part_best;
-      best_index = part_index;
+    // A lane's splits rise in index, so a strict > keeps the first index of the max.
+    const std::int32_t index = parts[k].best_index;
+    const float value = parts[k].best;
+    if (index >= 0 && (best_index < 0 || value > best)) {
+      best = value;
+      best_index = index;
     }
   }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    s += __shfl_down_sync(kAll, s, offset);
+    d += __shfl_down_sync(kAll, d, offset);
+    flags |= __shfl_down_sync(kAll, flags, offset);
+    const float other = __shfl_down_sync(kAll, best, offset);
+    const std::int32_t other_index = __shfl_down_sync(kAll, best_index, offset);
+    if (other_index >= 0 &&
+        (best_index < 0 || other > best || (other == best && other_index < best_index))) {
+      best = other;
+      best_index = other_index;
+    }
+  }
+  if (lane != 0) return;
+  const kernels::PartialRow total = m == -INFINITY ? kernels::empty_partial() : kernels::PartialRow{m, s, d};
   write_row(p, row, row_index, total, best_index, flags);
 }
 
@@ -222,9 +291,19 @@ __global__ void __launch_bounds__(kThreads) row_stats_kernel(KernelParams p) {
   if (aligned) {
     const std::size_t vectors = (end - begin) / kPer;
     const uint4* vec = reinterpret_cast<const uint4*>(row + begin);
-    for (std::size_t v = threadIdx.x; v < vectors; v += kThreads) {
-      const uint4 raw = __ldg(vec + v);
-      observe_vector<T>(st, raw, static_cast<std::int32_t>(begin + v * kPer));
+    // kLoads loads in flight per thread before any is used (indices still rise per thread).
+    std::size_t v = threadIdx.x;
+    for (; v + (kLoads - 1) * kThreads < vectors; v += kLoads * kThreads) {
+      uint4 raw[kLoads];
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) raw[j] = __ldg(vec + v + j * kThreads);
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) {
+        observe_vector<T>(st, raw[j], static_cast<std::int32_t>(begin + (v + j * kThreads) * kPer));
+      }
+    }
+    for (; v < vectors; v += kThreads) {
+      observe_vector<T>(st, __ldg(vec + v), static_cast<std::int32_t>(begin + v * kPer));
     }
     scalar_from = begin + vectors * kPer;
   }
@@ -242,7 +321,7 @@ __global__ void __launch_bounds__(kThreads) row_stats_kernel(KernelParams p) {
       is_last = arrived == p.splits - 1;
     }
     __syncthreads();
-    if (!is_last || threadIdx.x != 0) return;
+    if (!is_last || threadIdx.x >= 32) return;
     __threadfence();
     finish_split_row(p, row, row_index);
     return;

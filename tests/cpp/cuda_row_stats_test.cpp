@@ -397,6 +397,11 @@ TEST(CudaRowStatsContract, WorkspaceBytesCoverEverySplitCount) {
     }
   }
   EXPECT_EQ(cuda::row_stats_splits(1024, 151936, 132), 1U) << "enough rows to fill the GPU";
+  // About 4 blocks per SM, rounded down so that no second, mostly empty wave starts.
+  EXPECT_EQ(cuda::row_stats_splits(256, 151936, 132), 2U);
+  EXPECT_EQ(cuda::row_stats_splits(64, 151936, 132), 8U);
+  EXPECT_EQ(cuda::row_stats_splits(1, 151936, 132), 18U) << "at most one split per 8192 logits";
+  EXPECT_EQ(cuda::row_stats_splits(600, 151936, 132), 1U);
   LogitsView ragged = contract_view(2, 0);
   const std::vector<std::uint32_t> sizes{151936, 10};
   ragged.row_stride = 151936;
