@@ -27,21 +27,39 @@ def main() -> None:
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     results = []
     for rows in args.rows:
-        x = (torch.randn(rows, args.vocab, device="cuda") * 3).to(dtype)
+        # As `meridian bench-probe --device cuda` times the kernel: a CUDA graph of back-to-back
+        # calls (no host launch gaps on either side), each on its own copy of the logits from a
+        # pool of at least 256 MiB, more than the L2 holds, so no call re-reads a cached buffer.
+        one = (torch.randn(rows, args.vocab, device="cuda") * 3).to(dtype)
+        size = one.numel() * one.element_size()
+        copies = max(1, -(-(256 << 20) // size))
+        pool = [one.clone() for _ in range(copies)]
+        calls = max(copies, 16)
 
-        def eager() -> torch.Tensor:
+        def eager(x: torch.Tensor) -> torch.Tensor:
             return -(torch.softmax(x, -1) * torch.log_softmax(x, -1)).sum(-1)
 
-        eager()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            eager(pool[0])  # warm-up outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(calls):
+                eager(pool[i % copies])
+        graph.replay()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
-        for _ in range(args.reps):
+        for _ in range(max(3, args.reps // 5)):
             start.record()
-            eager()
+            graph.replay()
             stop.record()
             stop.synchronize()
-            times.append(start.elapsed_time(stop) / 1e3)
+            times.append(start.elapsed_time(stop) / 1e3 / calls)
         torch_s = sorted(times)[len(times) // 2]
+        del graph
+        del pool
         kernel = json.loads(subprocess.run(
             [args.cli, "bench-probe", "--device", "cuda", "--rows", str(rows), "--vocab", str(args.vocab),
              "--dtype", args.dtype], check=True, capture_output=True, text=True).stdout)
