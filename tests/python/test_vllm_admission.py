@@ -37,14 +37,14 @@ def by_position(tokens: dict[str, list[int]]):
 
 
 def run_arrivals(cls, arrivals: list[tuple[int, str, int, bool]], thinker_prompt: int = 16, num_blocks: int = 100,
-                 on_build=None):
+                 on_build=None, **build_args):
     """Three think requests (prompts of `thinker_prompt` tokens) fill most of
     a `num_blocks` pool; then each of `arrivals` (step, id, blocks,
     reasoning: its prompt opens a think block) arrives. Returns (the step vLLM
     admitted each arrival, the scheduler, the delivered tokens, the scripted
-    tokens, the steps where a request was preempted). `on_build(sched)` runs
-    once the scheduler is built."""
-    sched = build(cls, num_blocks=num_blocks)
+    tokens, (step, request id) of each preemption). `on_build(sched)` runs
+    once the scheduler is built; `build_args` go to vllm_rig.build."""
+    sched = build(cls, num_blocks=num_blocks, **build_args)
     if on_build is not None:
         on_build(sched)
     clock = [0]
@@ -70,8 +70,7 @@ def run_arrivals(cls, arrivals: list[tuple[int, str, int, bool]], thinker_prompt
                 sched.add_request(request(rid, body))
         out, outputs = stepper.step()
         clock[0] += STEP_NS
-        if out.preempted_req_ids:
-            preemptions.append(n)
+        preemptions.extend((n, rid) for rid in sorted(out.preempted_req_ids or ()))
         for r in out.scheduled_new_reqs:
             admitted_at.setdefault(r.req_id, n)
         for eco in (outputs or {}).values():
@@ -203,3 +202,23 @@ def test_a_paused_request_resumes_with_its_think_history():
     assert seen, "the paused request resumed"
     for output_tokens, generated in seen:
         assert output_tokens > 1 and generated == output_tokens - 1
+
+
+def test_a_chat_prompt_vllm_is_prefilling_is_not_its_victim_while_thinking_runs():
+    # A 21-block chat prompt arrives at step 400 when 21 blocks are free. vLLM admits it and, at
+    # 64 tokens a step, prefills it over six steps. Then the think requests need blocks, and
+    # vLLM preempts from the tail of its running list. Until the core plans a prompt, the
+    # adapter places it by its phase: a prompt that opened no think block sits with the chat
+    # prompts, ahead of the think requests. (Only a think-phase prompt is a reasoning prefill.
+    # Testing for the answer phase put a prompt before its first token among the reasoning
+    # prefills, at the tail, and vLLM preempted it right after its first token.)
+    arrivals = [(LATE_AT_STEP, "c", 21, False)]
+    admitted, sched, delivered, tokens, preemptions = run_arrivals(Scheduler, arrivals, max_num_batched_tokens=64)
+    assert admitted["c"] == LATE_AT_STEP
+    assert preemptions and "c" not in {rid for _, rid in preemptions}, preemptions
+    assert sched.meridian_stats()["preempted_answer"] == 0
+    assert delivered == tokens
+    # Stock vLLM takes the newest request, the chat prompt.
+    _, _, stock_delivered, _, stock_preemptions = run_arrivals(AsyncScheduler, arrivals, max_num_batched_tokens=64)
+    assert "c" in {rid for _, rid in stock_preemptions}, stock_preemptions
+    assert stock_delivered == tokens

@@ -312,8 +312,9 @@ class _Adapter:
             self.core.finish(mid)
         self.router.end(mid)
 
-    def preempted(self, request: Request) -> None:
-        """vLLM preempted it: it leaves the C++ scheduler until it decodes again."""
+    def preempted(self, request: Request, prefilled: bool = False) -> None:
+        """vLLM preempted it: it leaves the C++ scheduler until it decodes again.
+        `prefilled`: its prompt was all computed (its first token sampled)."""
         rid = request.request_id
         mid = self.mid_of.get(rid)
         if mid is None:
@@ -322,7 +323,10 @@ class _Adapter:
         self.pressure = True
         if request.drop_stale_output and request.num_stale_output_tokens > 0:
             self.dropping.add(rid)
-        answer = self.phase.get(mid) == _OUTPUT
+        # Answering, including a prompt that opened no think block once its first token is
+        # sampled (still in flight, it has not entered the core's answer phase).
+        phase = self.phase.get(mid)
+        answer = phase == _OUTPUT or (phase != _THINK and prefilled)
         self.stats["preempted_answer" if answer else "preempted_think"] += 1
         self.telemetry.preempted(answer)
         if mid in self.in_core:
@@ -518,7 +522,7 @@ class _Adapter:
             reasoning: list[Request] = []
             for r in running:
                 if r not in known:
-                    (chat if phase.get(mid_of.get(r.request_id)) == _OUTPUT else reasoning).append(r)
+                    (reasoning if phase.get(mid_of.get(r.request_id)) == _THINK else chat).append(r)
             answers = 0
             for mid in order:
                 if phase.get(mid) != _OUTPUT:
@@ -1023,8 +1027,9 @@ class Scheduler(AsyncScheduler):
         return outputs
 
     def _preempt_request(self, request: Request, timestamp: float, drop_stale_output: bool = False) -> None:
+        prefilled = request.num_computed_tokens >= request.num_prompt_tokens  # vLLM resets it
         super()._preempt_request(request, timestamp, drop_stale_output)
-        self._guarded("preemption bookkeeping", "preempted", request)
+        self._guarded("preemption bookkeeping", "preempted", request, prefilled)
 
     def _handle_stopped_request(self, request: Request) -> bool:
         finished = super()._handle_stopped_request(request)
