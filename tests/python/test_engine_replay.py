@@ -129,6 +129,38 @@ def test_token_streams_survive_preemption_and_recompute(arm):
     assert m["prefill_tokens"] > sum(r.prompt_tokens for r in requests)  # recompute was paid for
 
 
+def test_a_chat_victim_whose_first_token_is_in_flight_counts_as_answer_phase():
+    """Stock vLLM with two steps in flight preempts the newest requests first, chat requests
+    right after their prefill among them. Such a victim is answering: its first token was
+    sampled, though not yet recorded. preempted_answer_phase counts it."""
+    p = params(SMALL_KV, duration_s=10)
+    requests = sim.generate_workload(p.workload, 42)
+    chat = {str(r.id) for r in requests if not r.reasoning}
+    clock = SimClock()
+    cls = scheduler_class("vllm-async")
+    sched = build_scheduler(cls, p, two_in_flight=True, clock=clock)
+    engine = EngineRun(Arm("vllm-async", cls, True), sched, p, requests, clock=clock)
+    sampled: set[str] = set()
+    victims = {"recorded": 0, "in_flight": 0}
+    inner = sched.schedule
+
+    def schedule(*a, **k):
+        out = inner(*a, **k)
+        for rid in out.preempted_req_ids or ():
+            if rid in chat and rid in sampled:
+                victims["recorded" if engine.live[rid].timeline.first_token_s >= 0 else "in_flight"] += 1
+        for rid in out.num_scheduled_tokens:
+            if sched.requests[rid].num_computed_tokens >= sched.requests[rid].num_prompt_tokens:
+                sampled.add(rid)
+        return out
+
+    sched.schedule = schedule
+    result = engine.run()
+    sched.shutdown()
+    assert victims["in_flight"] > 0, victims
+    assert result.metrics["preempted_answer_phase"] >= victims["recorded"] + victims["in_flight"]
+
+
 @pytest.mark.parametrize("arm", ["vllm-sync", "vllm-async"])
 def test_a_scheduler_that_stops_scheduling_is_an_error_not_a_hang(arm):
     """A scheduler that schedules nothing while requests run leaves the simulated

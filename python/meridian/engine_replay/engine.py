@@ -79,6 +79,7 @@ class _Live:
     timeline: _Times
     in_think: bool
     seen: bool = False  # scheduled at least once (its prefix lookup counted)
+    sampled: bool = False  # scheduled to sample a token: its first may still be in flight (two steps)
 
 
 @dataclass
@@ -193,6 +194,7 @@ class EngineRun:
             if n > 1 or c < r.num_prompt_tokens:
                 self.totals.prefill_tokens += n
             live = self.live[rid]
+            live.sampled = live.sampled or samples[rid]
             if not live.seen:
                 live.seen = True
                 full = (r.num_prompt_tokens - 1) // _BLOCK
@@ -201,7 +203,9 @@ class EngineRun:
         for rid in out.preempted_req_ids or ():
             self.totals.preemptions += 1
             live = self.live.get(rid)
-            if live is not None and live.timeline.first_token_s >= 0 and not live.in_think:
+            # Answering: past its think block (or with none), its first token recorded or in
+            # flight (a victim taken right after its prefill has no recorded token yet).
+            if live is not None and not live.in_think and (live.sampled or live.timeline.first_token_s >= 0):
                 self.totals.preempted_answer_phase += 1
         self.totals.simulated_tokens += tokens
         if tokens == 0:
