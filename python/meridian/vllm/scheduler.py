@@ -515,7 +515,9 @@ class _Adapter:
             # decoding their first planned token. The tail is where vLLM takes
             # victims, so the list follows the C++ victim order from the back:
             # reasoning prefills first, then think requests (least progress
-            # first), then chat prefills, answers last (ADR-0017).
+            # first), then chat prefills, answers last (ADR-0017). A reasoning
+            # prefill is a prompt that opened a think block; any other sits
+            # with the chat prefills, before its first token too (ADR-0024).
             known = set(ordered)
             phase, mid_of = self.phase, self.mid_of
             chat: list[Request] = []
