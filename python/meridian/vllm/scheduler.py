@@ -49,6 +49,10 @@ decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017, ADR-0024):
    does, so nothing is delivered out of order with two steps in flight) and
    the prompts go ahead of them in the waiting queue, past the watermarks.
    Answers are never paused; ``preemption_enabled = false`` turns it off.
+6. **Finished reasoning leaves the prefix cache first** (ADR-0031). When vLLM
+   frees a finished request, its think blocks (still hashed) move ahead of
+   every other cached block in vLLM's free queue, so the prompt blocks that
+   conversations' next turns repeat outlive them (``_think_eviction.py``).
 
 Phases come from the real ``PhaseRouter``, fed once per step with the tokens
 vLLM kept (an output vLLM drops as stale is not fed). The C++ scheduler sees
@@ -91,6 +95,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from ._setup import MeridianSetupError, resolve_setup, validate_extra_args
 from ._telemetry import EngineTelemetry
+from ._think_eviction import ThinkFirstEviction
 
 logger = logging.getLogger("meridian.vllm")
 
@@ -237,6 +242,8 @@ class _Adapter:
         # Output-token positions where thinking started / ended (KV tiers).
         self.think_start: dict[int, int] = {}
         self.think_end: dict[int, int] = {}
+        # Finished reasoning's blocks go first from vLLM's prefix cache (ADR-0031).
+        self.think_eviction = ThinkFirstEviction(sched)
         self.logged: set[str] = set()
         self.stats = {
             "steps": 0,
@@ -311,6 +318,20 @@ class _Adapter:
             self.in_core.discard(mid)
             self.core.finish(mid)
         self.router.end(mid)
+
+    def finishing(self, sched: Scheduler, request: Request) -> None:
+        """vLLM is about to free a finished request: its think blocks are
+        collected, to be the prefix cache's first victims once freed."""
+        mid = self.mid_of.get(request.request_id)
+        start = self.think_start.get(mid) if mid is not None else None
+        if start is None:
+            return
+        end = self.think_end.get(mid, request.num_output_tokens)
+        self.think_eviction.collect(sched, request, start, end, self.stats["steps"])
+
+    def evict_think_first(self) -> None:
+        """Moves the collected think blocks vLLM has freed to the front of its free queue."""
+        self.think_eviction.apply(self.stats["steps"])
 
     def preempted(self, request: Request, prefilled: bool = False) -> None:
         """vLLM preempted it: it leaves the C++ scheduler until it decodes again.
@@ -951,6 +972,7 @@ class Scheduler(AsyncScheduler):
         out["tracked_requests"] = len(m.requests)
         out["model_preset"] = m.setup.model_name
         out["kv_blocks"] = m.kv_tiers(self.block_size)
+        out["think_blocks_evicted_first"] = m.think_eviction.moved
         out["metrics_port"] = m.telemetry.port
         return out
 
@@ -991,6 +1013,8 @@ class Scheduler(AsyncScheduler):
             return super().schedule(throttle_prefills)
         config = self.scheduler_config
         saved = (self.max_num_scheduled_tokens, config.long_prefill_token_threshold, self.max_num_active_reqs)
+        # Think blocks freed since the last step (deferred frees included) go first.
+        self._guarded("think-first eviction", "evict_think_first")
         # Its preemptions are vLLM's own and complete: the fail-safe below
         # restores the running list as they left it.
         self._guarded("admission by pausing thinking", "pause_for_admission", self)
@@ -1040,6 +1064,8 @@ class Scheduler(AsyncScheduler):
         return finished
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
+        self._guarded("think-first eviction", "finishing", self, request)
         result = super()._free_request(request, delay_free_blocks)
+        self._guarded("think-first eviction", "evict_think_first")
         self._guarded("request reaping", "forget", request.request_id)
         return result
