@@ -85,6 +85,8 @@ def test_a_finished_requests_think_blocks_go_before_a_conversations_prompt():
     # Every block of the first turn's prompt survived the filler: the think blocks went instead.
     assert hit == CHAT_PROMPT_BLOCKS * BLOCK
     assert sched.meridian_stats()["think_blocks_evicted_first"] == THINK_BLOCKS
+    # The filler reused them: none is left cached.
+    assert sched.meridian.think_eviction.cached_blocks() == 0
     assert sched.meridian_stats()["fallbacks"] == 0
 
 
@@ -129,6 +131,10 @@ def test_the_moved_blocks_stay_cached_behind_the_blocks_holding_nothing():
     assert None not in hashes[first:], "the blocks holding nothing cached stay ahead"
     assert hashes[first:first + THINK_BLOCKS] == think
     assert sched.kv_cache_manager.get_computed_blocks(repeat)[1] == (2 + THINK_BLOCKS) * BLOCK
+    # The metric: they are the cached think_complete blocks until vLLM reuses them.
+    sched.meridian.sync_metrics(sched)
+    reg = sched.meridian.telemetry.registry
+    assert reg.value("meridian_block_manager_cached_blocks", ("think_complete",)) == THINK_BLOCKS
 
 
 def test_blocks_vllm_frees_a_step_late_move_once_freed(tmp_path):

@@ -31,8 +31,10 @@ output_tpot_budget_ms`` and mean think TPOT <= ``think_tpot_budget_ms``.
 KV: vLLM owns the KV cache. Capacity bytes = the size of vLLM's KV tensors,
 used bytes = vLLM's block-pool usage times that (cached free blocks count as
 free, as in vLLM); live blocks by tier = the adapter's ``kv_tiers()``; cached
-blocks, evictions and prefix-cache counters stay 0 (vLLM's own metrics have
-them). Preemptions are vLLM's, always recompute: ``{phase, mode="recompute"}``.
+think_complete blocks = finished requests' think blocks the adapter moved
+ahead in vLLM's free queue and vLLM has not reused yet (ADR-0031); the other
+cached tiers, evictions and prefix-cache counters stay 0 (vLLM's own metrics
+have them). Preemptions are vLLM's, always recompute: ``{phase, mode="recompute"}``.
 
 The logits processor (``ForceThinkEnd``) counts forced ends by reason,
 forced exits and its fail-safe fallbacks into the registry of the newest
@@ -148,6 +150,8 @@ class EngineTelemetry:
         reg.set("meridian_block_manager_used_bytes", usage * self.kv_capacity_bytes)
         for tier, blocks in adapter.kv_tiers(sched.block_size).items():
             reg.set("meridian_block_manager_live_blocks", blocks, (tier,))
+        # Finished reasoning kept for prefix hits, first to go (ADR-0031).
+        reg.set("meridian_block_manager_cached_blocks", adapter.think_eviction.cached_blocks(), ("think_complete",))
 
     def shutdown(self) -> None:
         if self.exporter is not None:

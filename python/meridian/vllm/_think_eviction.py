@@ -24,6 +24,8 @@ vLLM frees a request's blocks at once, or a step later when a GPU step in
 flight may still write them (async scheduling, KV connectors). So the blocks
 are collected when the request finishes and moved once vLLM has freed them;
 one that was evicted, reused or shared meanwhile is dropped from the list.
+The moved blocks are followed until vLLM reuses them: how many are still
+cached is ``meridian_block_manager_cached_blocks{tier="think_complete"}``.
 """
 from __future__ import annotations
 
@@ -61,6 +63,10 @@ class ThinkFirstEviction:
             and hasattr(manager, "get_blocks"))
         self.pending: deque[tuple[int, Any, Any]] = deque()  # (step, block, its hash then)
         self.moved = 0  # blocks moved to the queue's front
+        # The moved blocks, (block, its hash), until vLLM reuses them; pruned when
+        # it holds as many entries as the pool has blocks, so it stays bounded.
+        self.cached: deque[tuple[Any, Any]] = deque()
+        self.cached_limit = max(1, getattr(self.pool, "num_gpu_blocks", 0))
 
     def collect(self, sched: Any, request: Any, think_start: int, think_end: int, step: int) -> None:
         """`request` finished; its output tokens [think_start, think_end) were
@@ -116,4 +122,13 @@ class ThinkFirstEviction:
         self.queue.prepend_n(front)
         self.queue.prepend_n(ahead)
         self.moved += len(front)
+        self.cached.extend((b, b.block_hash) for b in front)
+        if len(self.cached) > self.cached_limit:
+            self.cached_blocks()
         return len(front)
+
+    def cached_blocks(self) -> int:
+        """How many moved blocks are still cached and free: neither reused
+        by vLLM (their hash gone or replaced) nor hit by a running request."""
+        self.cached = deque(e for e in self.cached if e[0].block_hash is e[1] and e[0].ref_cnt == 0)
+        return len(self.cached)
