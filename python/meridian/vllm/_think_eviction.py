@@ -29,8 +29,11 @@ cached is ``meridian_block_manager_cached_blocks{tier="think_complete"}``.
 """
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import Any
+
+logger = logging.getLogger("meridian.vllm")
 
 # A collected block vLLM has not freed after this many steps (a KV connector
 # still sending it) is left to vLLM's LRU order.
@@ -42,7 +45,8 @@ _MAX_UNCACHED_SCAN = 256
 
 
 class ThinkFirstEviction:
-    """Moves finished requests' think blocks to the front of vLLM's free queue.
+    """Moves finished requests' think blocks ahead of every other cached block
+    in vLLM's free queue.
 
     Thread-safety: called only from vLLM's scheduler thread (inside the
     scheduler's hooks). Ownership: holds references to blocks of finished
@@ -61,12 +65,14 @@ class ThinkFirstEviction:
             getattr(self.pool, "enable_caching", False) and self.block_sizes
             and all(hasattr(self.queue, f) for f in ("remove", "prepend_n", "popleft_n", "iter_blocks_after"))
             and hasattr(manager, "get_blocks"))
+        if getattr(self.pool, "enable_caching", False) and not self.enabled:
+            logger.warning("meridian: this vLLM's block pool lacks the free-queue methods Meridian uses; "
+                           "finished reasoning stays in vLLM's LRU order (ADR-0031)")
         self.pending: deque[tuple[int, Any, Any]] = deque()  # (step, block, its hash then)
-        self.moved = 0  # blocks moved to the queue's front
-        # The moved blocks, (block, its hash), until vLLM reuses them; pruned when
-        # it holds as many entries as the pool has blocks, so it stays bounded.
-        self.cached: deque[tuple[Any, Any]] = deque()
-        self.cached_limit = max(1, getattr(self.pool, "num_gpu_blocks", 0))
+        self.moved = 0  # blocks moved ahead of the other cached blocks
+        # The moved blocks by block id, (block, its hash), until vLLM reuses them;
+        # pruned at each metrics sync, so at most one entry per block of the pool.
+        self.cached: dict[int, tuple[Any, Any]] = {}
 
     def collect(self, sched: Any, request: Any, think_start: int, think_end: int, step: int) -> None:
         """`request` finished; its output tokens [think_start, think_end) were
@@ -122,13 +128,12 @@ class ThinkFirstEviction:
         self.queue.prepend_n(front)
         self.queue.prepend_n(ahead)
         self.moved += len(front)
-        self.cached.extend((b, b.block_hash) for b in front)
-        if len(self.cached) > self.cached_limit:
-            self.cached_blocks()
+        for b in front:
+            self.cached[b.block_id] = (b, b.block_hash)
         return len(front)
 
     def cached_blocks(self) -> int:
         """How many moved blocks are still cached and free: neither reused
         by vLLM (their hash gone or replaced) nor hit by a running request."""
-        self.cached = deque(e for e in self.cached if e[0].block_hash is e[1] and e[0].ref_cnt == 0)
+        self.cached = {i: e for i, e in self.cached.items() if e[0].block_hash is e[1] and e[0].ref_cnt == 0}
         return len(self.cached)

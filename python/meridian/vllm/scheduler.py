@@ -330,7 +330,7 @@ class _Adapter:
         self.think_eviction.collect(sched, request, start, end, self.stats["steps"])
 
     def evict_think_first(self) -> None:
-        """Moves the collected think blocks vLLM has freed to the front of its free queue."""
+        """Moves the collected think blocks vLLM has freed ahead of the other cached blocks."""
         self.think_eviction.apply(self.stats["steps"])
 
     def preempted(self, request: Request, prefilled: bool = False) -> None:
