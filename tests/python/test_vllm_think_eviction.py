@@ -153,3 +153,18 @@ def test_blocks_vllm_frees_a_step_late_move_once_freed(tmp_path):
     assert [h for h in hashes if h is not None][:THINK_BLOCKS] == think
     assert sched.meridian_stats()["think_blocks_evicted_first"] == THINK_BLOCKS
     assert not sched.meridian.think_eviction.pending
+
+
+def test_a_vllm_without_the_free_queue_methods_keeps_its_order_and_says_so(monkeypatch, caplog):
+    """A vLLM whose free queue lacks a method the move needs: one warning at
+    start, vLLM's own order (the next turn misses, as under stock vLLM), no
+    fallback."""
+    from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue
+
+    monkeypatch.delattr(FreeKVCacheBlockQueue, "iter_blocks_after")
+    with caplog.at_level("WARNING", logger="meridian.vllm"):
+        hit, sched = next_turn_hit(Scheduler)
+    assert "lacks the free-queue methods" in caplog.text
+    assert hit < CHAT_PROMPT_BLOCKS * BLOCK
+    assert sched.meridian_stats()["think_blocks_evicted_first"] == 0
+    assert sched.meridian_stats()["fallbacks"] == 0
