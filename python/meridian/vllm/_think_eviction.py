@@ -22,8 +22,10 @@ resumes from them).
 
 vLLM frees a request's blocks at once, or a step later when a GPU step in
 flight may still write them (async scheduling, KV connectors). So the blocks
-are collected when the request finishes and moved once vLLM has freed them;
-one that was evicted, reused or shared meanwhile is dropped from the list.
+are collected when the request finishes and moved at the start of the first
+``schedule()`` after vLLM has freed them, all of a step's at once and before
+vLLM allocates; one that was evicted, reused or shared meanwhile is dropped
+from the list.
 The moved blocks are followed until vLLM reuses them: how many are still
 cached is ``meridian_block_manager_cached_blocks{tier="think_complete"}``.
 """
@@ -61,11 +63,10 @@ class ThinkFirstEviction:
         # Each KV cache group's block size (hybrid models have several).
         groups = getattr(getattr(sched, "kv_cache_config", None), "kv_cache_groups", None) or []
         self.block_sizes = [g.kv_cache_spec.block_size for g in groups]
-        self.enabled = bool(
-            getattr(self.pool, "enable_caching", False) and self.block_sizes
-            and all(hasattr(self.queue, f) for f in ("remove", "prepend_n", "popleft_n", "iter_blocks_after"))
-            and hasattr(manager, "get_blocks"))
-        if getattr(self.pool, "enable_caching", False) and not self.enabled:
+        caching = bool(getattr(self.pool, "enable_caching", False) and self.block_sizes)
+        self.enabled = caching and hasattr(manager, "get_blocks") and all(
+            hasattr(self.queue, f) for f in ("remove", "prepend_n", "popleft_n", "iter_blocks_after"))
+        if caching and not self.enabled:
             logger.warning("meridian: this vLLM's block pool lacks the free-queue methods Meridian uses; "
                            "finished reasoning stays in vLLM's LRU order (ADR-0031)")
         self.pending: deque[tuple[int, Any, Any]] = deque()  # (step, block, its hash then)

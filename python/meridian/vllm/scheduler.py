@@ -323,11 +323,9 @@ class _Adapter:
         """vLLM is about to free a finished request: its think blocks are
         collected, to be the prefix cache's first victims once freed."""
         mid = self.mid_of.get(request.request_id)
-        start = self.think_start.get(mid) if mid is not None else None
-        if start is None:
-            return
-        end = self.think_end.get(mid, request.num_output_tokens)
-        self.think_eviction.collect(sched, request, start, end, self.stats["steps"])
+        span = self.think_span(mid, request) if mid is not None else None
+        if span is not None:
+            self.think_eviction.collect(sched, request, *span, self.stats["steps"])
 
     def evict_think_first(self) -> None:
         """Moves the collected think blocks vLLM has freed ahead of the other cached blocks."""
@@ -388,6 +386,12 @@ class _Adapter:
                 self.think_start[mid] = 0
             self.pending[rid] = None
 
+    def think_span(self, mid: int, r: Request) -> tuple[int, int] | None:
+        """The output-token positions [start, end) of `r`'s reasoning (to its
+        last token while it still thinks); None if it opened no think block."""
+        start = self.think_start.get(mid)
+        return None if start is None else (start, self.think_end.get(mid, r.num_output_tokens))
+
     def kv_tiers(self, block_size: int) -> dict[str, int]:
         """vLLM's running KV mirrored into Meridian's tiers (docs/architecture.md
         KV tiers): blocks written while thinking are think_active (the request
@@ -399,10 +403,9 @@ class _Adapter:
                 continue
             blocks = -(-r.num_computed_tokens // block_size)
             think = 0
-            start = self.think_start.get(mid)
-            if start is not None:
-                end = self.think_end.get(mid, r.num_output_tokens)
-                think = min(-(-max(0, end - start) // block_size), blocks)
+            span = self.think_span(mid, r)
+            if span is not None:
+                think = min(-(-max(0, span[1] - span[0]) // block_size), blocks)
             key = "think_active" if self.phase.get(mid) == _THINK else "think_complete"
             tiers[key] += think
             tiers["output_critical"] += blocks - think
@@ -1013,7 +1016,8 @@ class Scheduler(AsyncScheduler):
             return super().schedule(throttle_prefills)
         config = self.scheduler_config
         saved = (self.max_num_scheduled_tokens, config.long_prefill_token_threshold, self.max_num_active_reqs)
-        # Think blocks freed since the last step (deferred frees included) go first.
+        # Think blocks vLLM freed since the last step (deferred frees included) move
+        # once, here, before this step allocates anything.
         self._guarded("think-first eviction", "evict_think_first")
         # Its preemptions are vLLM's own and complete: the fail-safe below
         # restores the running list as they left it.
@@ -1066,6 +1070,5 @@ class Scheduler(AsyncScheduler):
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         self._guarded("think-first eviction", "finishing", self, request)
         result = super()._free_request(request, delay_free_blocks)
-        self._guarded("think-first eviction", "evict_think_first")
         self._guarded("request reaping", "forget", request.request_id)
         return result
