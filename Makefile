@@ -99,7 +99,7 @@ test-python: test-package
 test-vllm-compat: test-package
 	@scripts/vllm-compat.sh --wheel "$$(echo $(WHEEL_DIR)/meridian-*.whl)" "-mnot e2e" tests/python/test_vllm_scheduler.py tests/python/test_vllm_async.py tests/python/test_vllm_admission.py tests/python/test_vllm_ttft_triage.py \
 	  tests/python/test_vllm_logits_processor.py tests/python/test_vllm_lp_harm.py tests/python/test_vllm_extra_args.py \
-	  tests/python/test_vllm_think_eviction.py
+	  tests/python/test_vllm_think_eviction.py tests/python/test_vllm_token_times.py
 
 # Every shell command shown in README.md and docs/ runs (blocks marked
 # <!-- docs-check: skip (reason) --> are skipped with the reason), and

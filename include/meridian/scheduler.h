@@ -266,7 +266,9 @@ class DualQueueScheduler {
   /// For an engine that runs more than the plan (the vLLM adapter: vLLM
   /// schedules prefill itself, and a request the plan left out may still
   /// run): reports the last plan's step as the engine ran it, ending at
-  /// `end_ns`. Each running request in `ran` made one decode step, planned
+  /// `end_ns`, when its tokens come (deadlines count from it: an engine that
+  /// reports a step before it runs passes its predicted end, ADR-0032). Each
+  /// running request in `ran` made one decode step, planned
   /// or not; a planned one absent from `ran` made none. Ids unknown to this
   /// scheduler are ignored (vLLM's prefills). The step time is reported
   /// apart, with observe_step(), since an engine with two steps in flight

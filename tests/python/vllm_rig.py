@@ -182,15 +182,29 @@ class TwoInFlight:
                                 sampled_token_ids=tokens)
         return self.sched.update_from_output(out, mro)
 
-    def step(self):
-        """Schedules one step; applies the oldest in-flight step's output once
-        two are in flight (or nothing was scheduled). Returns (the new
-        SchedulerOutput, the engine outputs applied or None)."""
+    def schedule(self) -> object:
+        """Schedules one step, which joins the steps in flight."""
         out = self.sched.schedule()
         self.outputs.append(out)
         samples = {rid: not self.sched.requests[rid].is_prefill_chunk for rid in out.num_scheduled_tokens}
         self.queue.append((out, samples))
-        if len(self.queue) < 2 and out.total_num_scheduled_tokens:
+        return out
+
+    def apply_due(self, out) -> bool:
+        """Whether the oldest step's output comes back now, after `out` was
+        scheduled: once two are in flight, or when nothing was scheduled."""
+        return len(self.queue) >= 2 or not out.total_num_scheduled_tokens
+
+    def apply(self) -> object:
+        """Applies the oldest in-flight step's output; returns the engine outputs."""
+        return self._apply()
+
+    def step(self):
+        """Schedules one step; applies the oldest in-flight step's output once
+        two are in flight (or nothing was scheduled). Returns (the new
+        SchedulerOutput, the engine outputs applied or None)."""
+        out = self.schedule()
+        if not self.apply_due(out):
             return out, None
         return out, self._apply()
 

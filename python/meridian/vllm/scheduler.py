@@ -202,6 +202,7 @@ class _Adapter:
         # when it was scheduled, its tokens, its context tokens), oldest first.
         self.in_flight: deque[tuple[Any, int, int, int]] = deque()
         self.last_update_ns = 0
+        self.predicted_end_ns = 0
         # Requests whose in-flight output vLLM will drop (a preemption or a
         # parked session with a KV connector's drop mode): not fed to the router.
         self.dropping: set[str] = set()
@@ -519,7 +520,8 @@ class _Adapter:
         # The watermarks first: the prefill estimate counts only the prompts they let in.
         self.admit = self.admission_limit(sched)
         self.limits.engine_prefill_tokens = self._engine_prefill_tokens(sched, self.admit)
-        unplanned, order, prefill_budget, answers_active, _ = self.core.plan_for_engine(self.limits, now)
+        unplanned, order, prefill_budget, answers_active, _ = self.core.plan_for_engine(
+            self.limits, self.step_start_estimate(now))
         self.last_prefill_budget = prefill_budget
         reqs = self.requests
         running = sched.running
@@ -832,8 +834,6 @@ class _Adapter:
                     self.pending[rid] = None
         if self.parked:
             self._resume_sessions(scheduled)
-        # One C++ pass: the core learns which requests it knows ran.
-        engine_step_ran(self.core, self.mid_of, now, scheduled)
         # The step's context tokens (a step-cost feature): each scheduled
         # request's context after the step, from the output's own lists
         # (computed before the step, plus what it scheduled), without
@@ -842,8 +842,21 @@ class _Adapter:
         kv = tokens + sum(out.scheduled_cached_reqs.num_computed_tokens)
         for new in out.scheduled_new_reqs:
             kv += new.num_computed_tokens
+        # One C++ pass: the core learns which requests it knows ran, timed
+        # when their tokens come: the step's predicted end (ADR-0032). An
+        # empty step runs nothing and takes no time.
+        end = self.step_start_estimate(now)
+        if tokens:
+            end += int(self.core.cost_model.predict_ms(tokens, kv) * 1e6)
+        self.predicted_end_ns = end
+        engine_step_ran(self.core, self.mid_of, end, scheduled)
         self.in_flight.append((out, now, tokens, kv))
         self.telemetry.step(self.core)
+
+    def step_start_estimate(self, now: int) -> int:
+        """When the step being scheduled now starts: now, or with a step still
+        in flight, when that one is predicted to end."""
+        return max(now, self.predicted_end_ns) if self.in_flight else now
 
     def observe_step(self, scheduler_output: Any) -> None:
         """The step's output is back: its time is from when it could start
