@@ -360,7 +360,8 @@ void bind_scheduler_class(nb::module_& m) {
           "request_id"_a, "prompt_tokens"_a, "phase"_a = Phase::kThinkDecode, "cached_prompt_tokens"_a = 0,
           "arrival_ns"_a = 0, "preemptions"_a = 0, "computed_prompt_tokens"_a = 0, "generated_tokens"_a = 0,
           "first_token_ns"_a = 0)
-      .def("set_phase", &DualQueueScheduler::set_phase, "request_id"_a, "phase"_a)
+      .def("set_phase", &DualQueueScheduler::set_phase, "request_id"_a, "phase"_a,
+           "answer_decodes_in_flight"_a = 0U)
       .def("finish", &DualQueueScheduler::finish, "request_id"_a)
       .def(
           "schedule",
@@ -380,6 +381,7 @@ void bind_scheduler_class(nb::module_& m) {
           },
           "end_ns"_a, "ran"_a)
       .def("observe_step", &DualQueueScheduler::observe_step, "tokens"_a, "kv_tokens"_a, "observed_ms"_a)
+      .def("retime_tokens", &DualQueueScheduler::retime_tokens, "from_ns"_a, "delta_ns"_a)
       .def("admission_victims", &DualQueueScheduler::admission_victims, "arrival_ns"_a, "need_blocks"_a,
            "free_blocks"_a, "now_ns"_a, "max_victims"_a = std::numeric_limits<std::size_t>::max(),
            "Think requests to preempt so a new prompt near its TTFT can start (ADR-0027); see "

@@ -233,7 +233,12 @@ class DualQueueScheduler {
   void add(const NewRequest& request);
   /// Phase change from the router (ExitThink: think -> answer queue before the
   /// next step). kComplete is finish(). Returns false for an unknown id.
-  bool set_phase(RequestId id, Phase phase);
+  /// `answer_decodes_in_flight`: of the decodes already reported for it
+  /// (complete_engine_step), how many the engine ran after the one that
+  /// sampled `</think>`: an engine with two steps in flight learns the phase
+  /// a step late, so the decode of the step in flight is its first answer
+  /// token, at that decode's time (ADR-0032). At most 1 counts.
+  bool set_phase(RequestId id, Phase phase, std::uint32_t answer_decodes_in_flight = 0);
   /// The request ended (EOS, abort, length); its state is dropped.
   bool finish(RequestId id);
 
@@ -274,6 +279,13 @@ class DualQueueScheduler {
   /// apart, with observe_step(), since an engine with two steps in flight
   /// learns it only a step later. O(plan + ran log ran).
   void complete_engine_step(std::int64_t end_ns, std::span<const RequestId> ran);
+  /// For an engine that reports a step before it runs, with its predicted
+  /// end (ADR-0032): the step's output came at `from_ns + delta_ns`, not at
+  /// `from_ns`. Every token time at or after `from_ns` (that step's decodes
+  /// and those of steps reported after it, planned from its predicted end)
+  /// moves by `delta_ns`, and the deadlines counted from them follow.
+  /// O(requests).
+  void retime_tokens(std::int64_t from_ns, std::int64_t delta_ns);
   /// Admission by pausing thinking (ADR-0027) for an engine that owns KV and
   /// preemption (the vLLM adapter): the running think requests to preempt
   /// (recompute) so that a new prompt that arrived at `arrival_ns` and needs

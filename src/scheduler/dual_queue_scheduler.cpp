@@ -133,7 +133,7 @@ void DualQueueScheduler::add(const NewRequest& request) {
   m.table.push_back(Queue::kWaitQueue, s);
 }
 
-bool DualQueueScheduler::set_phase(RequestId id, Phase phase) {
+bool DualQueueScheduler::set_phase(RequestId id, Phase phase, std::uint32_t answer_decodes_in_flight) {
   Impl& m = *impl_;
   if (phase == Phase::kComplete) return finish(id);
   const std::uint32_t s = m.table.find(id);
@@ -143,9 +143,13 @@ bool DualQueueScheduler::set_phase(RequestId id, Phase phase) {
   if (phase != Phase::kOutputDecode || r.phase == Phase::kOutputDecode) return true;
   r.phase = Phase::kOutputDecode;
   r.think_blocks = 0;  // demoted to ThinkComplete
-  // Its answer deadlines count from its first answer token, still to come.
-  m.table.cold(s).answer_base = r.generated;
-  r.deadline_ns = std::numeric_limits<std::int64_t>::max();
+  // Its answer deadlines count from its first answer token: still to come,
+  // or the decode in flight, timed when it was reported (ADR-0032).
+  SlotCold& c = m.table.cold(s);
+  const std::uint32_t in_flight = std::min({answer_decodes_in_flight, r.generated, 1U});
+  c.answer_base = r.generated - in_flight;
+  r.deadline_ns =
+      in_flight > 0 ? m.answer_deadline(r, c, c.last_token_ns) : std::numeric_limits<std::int64_t>::max();
   // Served first on the very next step, ahead of answers already streaming.
   if (r.queue == Queue::kThinkQueue) m.table.push_front(Queue::kOutputQueue, s);
   return true;

@@ -112,6 +112,31 @@ void DualQueueScheduler::complete_engine_step(std::int64_t end_ns, std::span<con
   }
 }
 
+void DualQueueScheduler::retime_tokens(std::int64_t from_ns, std::int64_t delta_ns) {
+  Impl& m = *impl_;
+  if (delta_ns == 0) return;
+  auto move = [&](std::int64_t& t) {
+    if (t < from_ns || t == 0) return false;
+    t += delta_ns;
+    return true;
+  };
+  for (std::uint8_t q = 0; q < Queue::kQueueCount; ++q) {
+    for (std::uint32_t s = m.table.front(q); s != kNil; s = m.table.at(s).next) {
+      SlotCold& c = m.table.cold(s);
+      const bool last = move(c.last_token_ns);
+      const bool first = move(c.first_token_ns);
+      const bool answer = move(c.first_answer_ns);
+      if (!(last || first || answer) || (q != Queue::kOutputQueue && q != Queue::kThinkQueue)) continue;
+      Slot& r = m.table.at(s);
+      if (r.phase == Phase::kThinkDecode) {
+        r.deadline_ns = m.think_deadline(r, c);
+      } else if (c.first_answer_ns != 0) {
+        r.deadline_ns = m.answer_deadline(r, c, c.first_answer_ns);
+      }
+    }
+  }
+}
+
 bool DualQueueScheduler::observe_step(std::uint64_t tokens, std::uint64_t kv_tokens, double observed_ms) {
   Impl& m = *impl_;
   const std::uint64_t rejected = m.counters.rejected_step_times;

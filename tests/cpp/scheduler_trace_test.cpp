@@ -450,6 +450,51 @@ TEST(SchedulerTrace, EngineStepCountsWhatTheEngineRanNotWhatThePlanAsked) {
   EXPECT_EQ(rig.scheduler.view(7)->context_tokens, 5U);
 }
 
+// An engine that reports a step before it runs times its decodes at the
+// step's predicted end; when the output comes, those times (and the later
+// in-flight step's, planned from them) move to the truth, earlier ones stay
+// (ADR-0032).
+TEST(SchedulerTrace, EngineStepTimesMoveToTheStepsTrueEnd) {
+  SchedulerRig rig(trace_options(), kCost);
+  for (RequestId id = 1; id <= 3; ++id) rig.add(id, 4);
+  rig.step({}, kPrefillMs);
+  const std::int64_t first_token_ns = rig.now_ns;
+  (void)rig.scheduler.schedule({}, rig.now_ns);
+  const std::int64_t predicted_end_ns = rig.now_ns + 10'000'000;
+  const std::vector<RequestId> ran{1, 2};
+  rig.scheduler.complete_engine_step(predicted_end_ns, ran);
+  ASSERT_EQ(rig.scheduler.view(1)->last_token_ns, predicted_end_ns);
+  rig.scheduler.retime_tokens(predicted_end_ns, 4'000'000);  // the step took 4 ms longer
+  EXPECT_EQ(rig.scheduler.view(1)->last_token_ns, predicted_end_ns + 4'000'000);
+  EXPECT_EQ(rig.scheduler.view(2)->last_token_ns, predicted_end_ns + 4'000'000);
+  EXPECT_EQ(rig.scheduler.view(3)->last_token_ns, first_token_ns);  // did not run: before it
+  rig.scheduler.retime_tokens(predicted_end_ns + 4'000'000, -1'000'000);
+  EXPECT_EQ(rig.scheduler.view(1)->last_token_ns, predicted_end_ns + 3'000'000);
+  EXPECT_EQ(rig.scheduler.view(3)->last_token_ns, first_token_ns);
+}
+
+// With two steps in flight the engine learns </think> after it reported the
+// next step, which may have run the request: that decode is its first answer
+// token, so its answer deadline counts from it and bounds the next step
+// (ADR-0032); without one in flight, its first answer token is still to come.
+TEST(SchedulerTrace, ExitThinkWithADecodeInFlightCountsItAsTheFirstAnswerToken) {
+  const SchedulerOptions options = trace_options();
+  const double budget_ms = options.output_tpot_budget_ms;
+  for (const std::uint32_t in_flight : {0U, 1U}) {
+    SchedulerRig rig(options, kCost);
+    rig.add(1, 4);
+    rig.add(2, 4);
+    rig.step({}, kPrefillMs);
+    (void)rig.scheduler.schedule({}, rig.now_ns);
+    const std::vector<RequestId> ran{1, 2};
+    rig.scheduler.complete_engine_step(rig.now_ns, ran);
+    ASSERT_TRUE(rig.scheduler.set_phase(2, Phase::kOutputDecode, in_flight));
+    const StepPlan& plan = rig.scheduler.schedule({}, rig.now_ns);
+    // Ceiling: 0.9 x the answer's slack, within [0.5, 1.5] budgets.
+    EXPECT_NEAR(plan.stats.step_ceiling_ms, 0.9 * (in_flight > 0 ? 1.0 : 1.5) * budget_ms, 1e-6) << in_flight;
+  }
+}
+
 // The step-cost model learns from the features the engine reports (prefill
 // included), not from the plan's.
 TEST(SchedulerTrace, ObservedEngineStepsTeachTheCostModelTheEnginesFeatures) {

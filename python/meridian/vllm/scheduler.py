@@ -198,9 +198,10 @@ class _Adapter:
         # them (a dict: a set's order of str ids would change with PYTHONHASHSEED,
         # and with it the core's queues, from one process to the next).
         self.pending: dict[str, None] = {}
-        # Scheduled steps whose output has not come back: (the SchedulerOutput,
-        # when it was scheduled, its tokens, its context tokens), oldest first.
-        self.in_flight: deque[tuple[Any, int, int, int]] = deque()
+        # Scheduled steps whose output has not come back: [the SchedulerOutput,
+        # when it was scheduled, its tokens, its context tokens, its predicted
+        # end (ADR-0032)], oldest first.
+        self.in_flight: deque[list[Any]] = deque()
         self.last_update_ns = 0
         self.predicted_end_ns = 0
         # Requests whose in-flight output vLLM will drop (a preemption or a
@@ -850,8 +851,12 @@ class _Adapter:
             end += int(self.core.cost_model.predict_ms(tokens, kv) * 1e6)
         self.predicted_end_ns = end
         engine_step_ran(self.core, self.mid_of, end, scheduled)
-        self.in_flight.append((out, now, tokens, kv))
+        self.in_flight.append([out, now, tokens, kv, end])
         self.telemetry.step(self.core)
+
+    def _decodes_in_flight(self, rid: str) -> int:
+        """How many of the steps in flight run request `rid`."""
+        return sum(rid in step[0].num_scheduled_tokens for step in self.in_flight)
 
     def step_start_estimate(self, now: int) -> int:
         """When the step being scheduled now starts: now, or with a step still
@@ -868,7 +873,16 @@ class _Adapter:
             q.popleft()  # a step whose output never came (an engine reset)
         if not q:
             return
-        _, scheduled_ns, tokens, kv = q.popleft()
+        _, scheduled_ns, tokens, kv, end = q.popleft()
+        if now != end:
+            # Its decodes were timed at its predicted end, and the steps in
+            # flight after it planned from there: they all move to the truth
+            # (prefill-heavy steps are where the linear model errs most).
+            delta = now - end
+            self.core.retime_tokens(end, delta)
+            for step in q:
+                step[4] += delta
+            self.predicted_end_ns += delta
         start = max(scheduled_ns, self.last_update_ns)
         self.last_update_ns = now
         if tokens and now > start:
@@ -918,7 +932,11 @@ class _Adapter:
                     if r is not None:  # the think tokens end before </think>
                         self.think_end[mid] = r.num_output_tokens - 1
                     if mid in self.in_core:
-                        self.core.set_phase(mid, _OUTPUT)
+                        # Two in flight, the step after the one that sampled
+                        # </think> may already have run it: that decode is
+                        # its first answer token (ADR-0032).
+                        in_flight = self._decodes_in_flight(r.request_id) if r is not None else 0
+                        self.core.set_phase(mid, _OUTPUT, in_flight)
                     self.telemetry.think_ended(mid, time.time())
                 elif event.kind == _ENTER_THINK:
                     self.phase[mid] = _THINK
