@@ -874,10 +874,11 @@ class _Adapter:
         if not q:
             return
         _, scheduled_ns, tokens, kv, end = q.popleft()
-        if now != end:
+        if tokens and now != end:
             # Its decodes were timed at its predicted end, and the steps in
             # flight after it planned from there: they all move to the truth
-            # (prefill-heavy steps are where the linear model errs most).
+            # (prefill-heavy steps are where the linear model errs most). An
+            # empty step timed nothing (it may wait for an arrival).
             delta = now - end
             self.core.retime_tokens(end, delta)
             for step in q:
