@@ -203,7 +203,6 @@ class _Adapter:
         # end (ADR-0032)], oldest first.
         self.in_flight: deque[list[Any]] = deque()
         self.last_update_ns = 0
-        self.predicted_end_ns = 0
         # Requests whose in-flight output vLLM will drop (a preemption or a
         # parked session with a KV connector's drop mode): not fed to the router.
         self.dropping: set[str] = set()
@@ -849,7 +848,6 @@ class _Adapter:
         end = self.step_start_estimate(now)
         if tokens:
             end += int(self.core.cost_model.predict_ms(tokens, kv) * 1e6)
-        self.predicted_end_ns = end
         engine_step_ran(self.core, self.mid_of, end, scheduled)
         self.in_flight.append([out, now, tokens, kv, end])
         self.telemetry.step(self.core)
@@ -861,7 +859,7 @@ class _Adapter:
     def step_start_estimate(self, now: int) -> int:
         """When the step being scheduled now starts: now, or with a step still
         in flight, when that one is predicted to end."""
-        return max(now, self.predicted_end_ns) if self.in_flight else now
+        return max(now, self.in_flight[-1][4]) if self.in_flight else now
 
     def observe_step(self, scheduler_output: Any) -> None:
         """The step's output is back: its time is from when it could start
@@ -883,7 +881,6 @@ class _Adapter:
             self.core.retime_tokens(end, delta)
             for step in q:
                 step[4] += delta
-            self.predicted_end_ns += delta
         start = max(scheduled_ns, self.last_update_ns)
         self.last_update_ns = now
         if tokens and now > start:
