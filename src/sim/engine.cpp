@@ -167,6 +167,7 @@ class Engine {
       planned_during_ns_ = -1;
       if (step.items.empty()) {
         policy_->complete(cost_.step_ms({}), now_ns_);
+        report_exits(step);
         if (!arrivals_.empty()) {  // idle until the next arrival
           now_ns_ = std::max(now_ns_ + 1, arrivals_.top().at_ns);
           if (o_.on_time) o_.on_time(static_cast<double>(now_ns_) / kNsPerS);
@@ -190,6 +191,7 @@ class Engine {
       const std::int64_t end_ns = begin_ns + static_cast<std::int64_t>(std::llround(ms * kNsPerMs));
       planned_during_ns_ = begin_ns;
       policy_->complete(ms, end_ns);
+      report_exits(step);
       ++steps_;
       busy_ns_ += end_ns - begin_ns;
       now_ns_ = end_ns;
@@ -459,11 +461,10 @@ class Engine {
           r.forced = ev.reason;
           r.forced_before_answer = r.think_emitted < r.signals.answer_at;
         }
-        policy_->set_phase(ev.request_id, Phase::kOutputDecode);
-        if (link_) {
-          offload_think_blocks(ev.request_id);
-        } else if (policy_->tiered_kv()) {
-          kv_.demote_think_blocks(ev.request_id);
+        if (async_) {
+          unreported_exits_.push_back(ev.request_id);  // learnt after planning the next step
+        } else {
+          report_exit_think(ev.request_id, 0);
         }
         r.probe.reset();
         break;
@@ -504,6 +505,31 @@ class Engine {
     policy_->finish(id);
     kv_.release(id, ReleaseKind::kFinished);
     if (link_) link_->forget(id);
+  }
+
+  // The scheduler learns that a request left its reasoning: it is answering
+  // now, and its blocks are reasoning that will not grow.
+  void report_exit_think(RequestId id, std::uint32_t answer_decodes_in_flight) {
+    policy_->set_phase(id, Phase::kOutputDecode, answer_decodes_in_flight);
+    if (link_) {
+      offload_think_blocks(id);
+    } else if (policy_->tiered_kv()) {
+      kv_.demote_think_blocks(id);
+    }
+  }
+
+  // Async scheduling: the previous step's </think> tokens reach the scheduler
+  // once it has planned (and counted as run) the next step, as vLLM's
+  // update_from_output follows schedule(); a decode of the request in that
+  // step samples its first answer token.
+  void report_exits(const EngineStep& step) {
+    for (RequestId id : unreported_exits_) {
+      if (live_[id].done) continue;  // aborted since
+      const bool in_flight = std::any_of(step.items.begin(), step.items.end(),
+                                         [id](const StepItem& w) { return w.id == id && w.samples_token; });
+      report_exit_think(id, in_flight ? 1U : 0U);
+    }
+    unreported_exits_.clear();
   }
 
   // Async scheduling: a request that finished in the previous step was
@@ -610,11 +636,12 @@ class Engine {
   std::unique_ptr<detail::SchedulingPolicy> policy_;
   ProbeSettings probe_settings_;
   bool forcing_ = false;
-  bool async_ = false;                      // two steps in flight ([engine] async_scheduling)
-  std::optional<detail::DisaggLink> link_;  // the disaggregated mode (Meridian policies)
-  std::int64_t link_ready_ns_ = 0;          // the next step starts no earlier
-  std::int64_t planned_during_ns_ = -1;     // async: start of the step the next plan overlapped
-  std::vector<RequestId> unreleased_;       // async: finished, still held by the scheduler
+  bool async_ = false;                       // two steps in flight ([engine] async_scheduling)
+  std::optional<detail::DisaggLink> link_;   // the disaggregated mode (Meridian policies)
+  std::int64_t link_ready_ns_ = 0;           // the next step starts no earlier
+  std::int64_t planned_during_ns_ = -1;      // async: start of the step the next plan overlapped
+  std::vector<RequestId> unreleased_;        // async: finished, still held by the scheduler
+  std::vector<RequestId> unreported_exits_;  // async: left reasoning; the scheduler learns after its plan
 
   std::vector<Live> live_;  // indexed by request id
   std::vector<RequestId> next_turn_;

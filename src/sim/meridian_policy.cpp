@@ -34,7 +34,9 @@ class MeridianPolicy final : public SchedulingPolicy {
   }
 
   void add(const NewRequest& request, std::int32_t /*priority*/) override { scheduler_.add(request); }
-  void set_phase(RequestId id, Phase phase) override { scheduler_.set_phase(id, phase); }
+  void set_phase(RequestId id, Phase phase, std::uint32_t answer_decodes_in_flight) override {
+    scheduler_.set_phase(id, phase, answer_decodes_in_flight);
+  }
   void finish(RequestId id) override { scheduler_.finish(id); }
   bool looks_up_prefix_at_arrival() const override { return false; }
   bool tiered_kv() const override { return true; }

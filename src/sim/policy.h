@@ -82,7 +82,10 @@ class SchedulingPolicy {
   /// A request arrived (prefix blocks, if any, are already attached for
   /// policies that look them up at arrival; see looks_up_prefix_at_arrival).
   virtual void add(const NewRequest& request, std::int32_t priority) = 0;
-  virtual void set_phase(RequestId id, Phase phase) = 0;
+  /// The request's phase moved on. `answer_decodes_in_flight`: decodes of it
+  /// already planned when the engine learnt of the move (two in flight), the
+  /// first of which samples its first answer token.
+  virtual void set_phase(RequestId id, Phase phase, std::uint32_t answer_decodes_in_flight) = 0;
   /// The request ended; the engine releases its KV afterwards.
   virtual void finish(RequestId id) = 0;
   /// Plans one step, carrying out preemptions and allocations on the pool.

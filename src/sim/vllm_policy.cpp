@@ -50,7 +50,7 @@ class VllmPolicy final : public SchedulingPolicy {
     enqueue(request.id, false);
   }
 
-  void set_phase(RequestId id, Phase phase) override {
+  void set_phase(RequestId id, Phase phase, std::uint32_t /*answer_decodes_in_flight*/) override {
     Req& r = reqs_.at(id);
     // A ranked waiting entry is keyed by the phase: re-key it (the async engine
     // can report a token of a request it preempted since).

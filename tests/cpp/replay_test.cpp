@@ -235,6 +235,28 @@ TEST(Replay, AsyncSchedulingPlansAStepAheadAsVllmsBatchQueueDoes) {
   EXPECT_EQ(meridian_two.metric("simulated_tokens"), meridian_sync.metric("simulated_tokens") + 1);
 }
 
+TEST(Replay, AsyncSchedulingTellsTheSchedulerOfThinkEndsAfterItPlannedTheNextStep) {
+  // Answers bind (15 ms a token), so Meridian paces reasoning decodes and most do not run in
+  // consecutive steps. Lockstep, a request whose </think> came at the end of a step is served
+  // first in the next; with two in flight the next step was planned before its output was
+  // back, so its first answer token comes a step later unless that step ran it anyway (the
+  // in-flight decode samples it), as vLLM's update_from_output follows schedule().
+  ReplayParams params = small_params(25, 30);
+  params.slo.ttft_ms = 500;
+  params.slo.output_tpot_ms = 15;
+  params.slo.think_tpot_ms = 40;
+  const Workload w = generate_workload(params.workload, 44);
+  const ReplayResult sync = run(PolicyKind::kMeridianNoForcing, w, params);
+  params.engine.async_scheduling = true;
+  const ReplayResult two = run(PolicyKind::kMeridianNoForcing, w, params);
+  expect_conserved(two, w);
+  // A step, measured as the answers' token gap (about 14.7 ms here).
+  const double step_ms = sync.metric("output_tpot_p50_ms");
+  EXPECT_LT(sync.metric("ttot_p50_ms"), 1.3 * step_ms);
+  EXPECT_GT(two.metric("ttot_p50_ms"), 1.8 * step_ms);  // 29.9 ms; 15.0 when it learnt at once
+  EXPECT_LT(two.metric("ttot_p50_ms"), 2.3 * step_ms);
+}
+
 // Issue 15: a trace request whose prompt can never fit made vLLM's policies
 // recompute for minutes and Meridian's throw out of the whole run.
 TEST(Replay, EveryPolicyAbortsARequestThatCanNeverFitAtAdmission) {

@@ -201,7 +201,7 @@ TEST(PascalTrace, AnsweringIsPreemptedBeforeReasoningWhateverItsArrival) {
   t.add(2, 4);
   t.add(3, 4);
   EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1, 2, 3}));
-  t.policy().set_phase(1, Phase::kOutputDecode);
+  t.policy().set_phase(1, Phase::kOutputDecode, 0);
   const Row row = t.step();
   EXPECT_EQ(row.scheduled, (std::vector<RequestId>{2, 3}));
   EXPECT_EQ(row.preempted, (std::vector<RequestId>{1}));
@@ -237,7 +237,7 @@ TEST(PascalTrace, ANewRequestPreemptsAnswersNotReasoningToBeAdmitted) {
     VllmTrace t(pascal_options(), 4);
     t.add(1, 8);
     EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));
-    if (answering) t.policy().set_phase(1, Phase::kOutputDecode);
+    if (answering) t.policy().set_phase(1, Phase::kOutputDecode, 0);
     EXPECT_EQ(t.step().scheduled, (std::vector<RequestId>{1}));  // its 3rd block
     t.add(2, 8);
     const Row row = t.step();
@@ -255,7 +255,7 @@ TEST(PascalTrace, ThePacerHoldsAnAnswerAheadOfPaceUnlessTheStepWouldBeEmpty) {
   constexpr std::int64_t kMs = 1'000'000;
   VllmTrace t(pascal_options(), 64);  // pace 10 ms per answer token
   t.add(1, 4);
-  t.policy().set_phase(1, Phase::kOutputDecode);                        // a chat request
+  t.policy().set_phase(1, Phase::kOutputDecode, 0);                     // a chat request
   EXPECT_EQ(t.step_at(0, 1.0).scheduled, (std::vector<RequestId>{1}));  // its first answer token at 1 ms
   t.add(2, 4);
   // The 2nd answer token is due at 11 ms: not before the step after next (1 ms steps).

@@ -25,6 +25,7 @@ FIDELITY_METRICS = (
     ("TTFT P50", "ttft_p50_ms"), ("TTFT P90", "ttft_p90_ms"), ("TTFT P99", "ttft_p99_ms"),
     ("output TPOT P50", "output_tpot_p50_ms"), ("output TPOT P90", "output_tpot_p90_ms"),
     ("think TPOT P50", "think_tpot_p50_ms"), ("think TPOT P90", "think_tpot_p90_ms"),
+    ("TTOT P50", "ttot_p50_ms"), ("TTOT P95", "ttot_p95_ms"),
     ("E2E P50", "e2e_p50_ms"), ("tokens per step", "tokens_per_step"), ("preemptions", "preemptions"),
     ("prefix hit rate", "prefix_hit_rate"),
 )
