@@ -353,13 +353,13 @@ void bind_scheduler_class(nb::module_& m) {
           [](DualQueueScheduler& s, RequestId id, std::uint32_t prompt_tokens, Phase phase,
              std::uint32_t cached_prompt_tokens, std::int64_t arrival_ns, std::uint32_t preemptions,
              std::uint32_t computed_prompt_tokens, std::uint32_t generated_tokens,
-             std::int64_t first_token_ns) {
+             std::int64_t first_token_ns, std::int64_t victim_wait_ns) {
             s.add(NewRequest{id, phase, prompt_tokens, cached_prompt_tokens, arrival_ns, preemptions,
-                             computed_prompt_tokens, generated_tokens, first_token_ns});
+                             computed_prompt_tokens, generated_tokens, first_token_ns, victim_wait_ns});
           },
           "request_id"_a, "prompt_tokens"_a, "phase"_a = Phase::kThinkDecode, "cached_prompt_tokens"_a = 0,
           "arrival_ns"_a = 0, "preemptions"_a = 0, "computed_prompt_tokens"_a = 0, "generated_tokens"_a = 0,
-          "first_token_ns"_a = 0)
+          "first_token_ns"_a = 0, "victim_wait_ns"_a = 0)
       .def("set_phase", &DualQueueScheduler::set_phase, "request_id"_a, "phase"_a,
            "answer_decodes_in_flight"_a = 0U)
       .def("finish", &DualQueueScheduler::finish, "request_id"_a)
@@ -439,6 +439,7 @@ void bind_scheduler_class(nb::module_& m) {
       // The last plan's stats (a copy): what the vLLM adapter's metrics read
       // after plan_for_engine, which returns only what the adapter acts on.
       .def_prop_ro("last_stats", [](const DualQueueScheduler& s) { return s.last_plan().stats; })
+      .def_prop_ro("victim_wait_ms", &DualQueueScheduler::victim_wait_ms)
       .def_prop_ro("cost_model", [](const DualQueueScheduler& s) { return s.cost_model(); })
       .def_prop_ro("options", [](const DualQueueScheduler& s) { return s.options(); });
 }

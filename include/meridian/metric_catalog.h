@@ -78,6 +78,7 @@ enum class MetricId : std::uint16_t {
   kSchedulerStalls,
   kPreemptions,
   kSchedulerAdmissionPreemptions,
+  kSchedulerVictimWait,
   kSchedulerTtftDeferred,
   kSchedulerAborted,
   kSchedulerLivelockReleases,

@@ -71,6 +71,10 @@ struct NewRequest {
   /// needs first_token_ns (> 0).
   std::uint32_t generated_tokens = 0;
   std::int64_t first_token_ns = 0;
+  /// A victim an engine re-adds when it resumes: how long it waited, from its
+  /// preemption to its first token after it (0: not a victim, or unknown).
+  /// The scheduler learns the wait victims see from it (victim_wait_ms()).
+  std::int64_t victim_wait_ns = 0;
 };
 
 enum class WorkKind : std::uint8_t {
@@ -327,6 +331,12 @@ class DualQueueScheduler {
   [[nodiscard]] const StepPlan& last_plan() const noexcept;
   [[nodiscard]] std::size_t size() const noexcept;
   [[nodiscard]] const SchedulerCounters& counters() const noexcept;
+  /// How long a preempted request waits to run again, from its preemption to
+  /// its first token after it: smoothed over the victims that resumed (its
+  /// own, and those an engine re-adds with NewRequest::victim_wait_ns); 0
+  /// before any. A think request is paused for admission only with at least
+  /// this much slack (ADR-0034). O(1).
+  [[nodiscard]] double victim_wait_ms() const noexcept;
   [[nodiscard]] const StepCostModel& cost_model() const noexcept;
   [[nodiscard]] const SchedulerOptions& options() const noexcept;
 

@@ -107,6 +107,10 @@ void DualQueueScheduler::add(const NewRequest& request) {
     throw InvalidArgument(fmt::format("request {}: generated_tokens {} needs first_token_ns > 0 (got {})",
                                       request.id, request.generated_tokens, request.first_token_ns));
   }
+  if (request.victim_wait_ns < 0) {
+    throw InvalidArgument(
+        fmt::format("request {}: victim_wait_ns must be >= 0 (got {})", request.id, request.victim_wait_ns));
+  }
   const std::uint64_t need = std::uint64_t{m.blocks_for(request.prompt_tokens)} + 1;
   if (need > m.opt.total_kv_blocks) {
     throw InvalidArgument(fmt::format("request {}: a {}-token prompt needs {} KV blocks; the capacity is {}",
@@ -130,6 +134,7 @@ void DualQueueScheduler::add(const NewRequest& request) {
     c.first_token_ns = request.first_token_ns;
     c.last_token_ns = std::max(c.last_token_ns, request.first_token_ns);
   }
+  if (request.victim_wait_ns > 0) m.note_victim_wait(request.victim_wait_ns);
   m.table.push_back(Queue::kWaitQueue, s);
 }
 
@@ -142,6 +147,7 @@ bool DualQueueScheduler::set_phase(RequestId id, Phase phase, std::uint32_t answ
   // Phases only move forward; the only transition the scheduler acts on is ExitThink.
   if (phase != Phase::kOutputDecode || r.phase == Phase::kOutputDecode) return true;
   r.phase = Phase::kOutputDecode;
+  m.note_think_length(r.generated);
   r.think_blocks = 0;  // demoted to ThinkComplete
   // Its answer deadlines count from its first answer token: still to come,
   // or the decode in flight, timed when it was reported (ADR-0032).
@@ -194,6 +200,7 @@ std::optional<RequestView> DualQueueScheduler::view(RequestId id) const {
 
 std::size_t DualQueueScheduler::size() const noexcept { return impl_->table.size(); }
 const SchedulerCounters& DualQueueScheduler::counters() const noexcept { return impl_->counters; }
+double DualQueueScheduler::victim_wait_ms() const noexcept { return impl_->victim_wait_ns * Impl::kNsToMs; }
 const StepCostModel& DualQueueScheduler::cost_model() const noexcept { return impl_->model; }
 const SchedulerOptions& DualQueueScheduler::options() const noexcept { return impl_->opt; }
 

@@ -148,6 +148,7 @@ void DualQueueScheduler::Impl::preempt(std::uint32_t s) {
   if (was_running) running_context -= r.computed;
   SlotCold& c = table.cold(s);
   ++c.preemptions;
+  c.preempted_ns = now_ns_;
   plan.preemptions.push_back({r.id, r.phase, mode, held, c.preemptions});
   ++counters.preemptions[static_cast<std::size_t>(mode)];
   ++(r.phase == Phase::kOutputDecode ? counters.preempted_output : counters.preempted_think);

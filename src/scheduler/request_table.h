@@ -67,7 +67,8 @@ struct SlotCold {
   std::uint32_t answer_base = 0;     ///< `generated` when it entered the answer phase
   std::uint64_t deferred_step = 0;   ///< TTFT triage deferred it in this step (ADR-0028)
   bool ever_deferred = false;        ///< counted in SchedulerCounters::ttft_deferred
-  bool admitted = false;  ///< its (re)prefill has started: the admission watermark no longer applies
+  bool admitted = false;          ///< its (re)prefill has started: the admission watermark no longer applies
+  std::int64_t preempted_ns = 0;  ///< when it was preempted, until its first token after (0: not waiting)
 };
 
 class RequestTable {

@@ -255,6 +255,16 @@ constexpr std::array<MetricSpec, kMetricCount> kCatalog = {{
      "DualQueueScheduler::counters().admission_preemptions",
      "Rising steadily: KV is full and new prompts take it from reasoning that has slack (ADR-0027); "
      "watch meridian_slo_bound_misses_total{bound=\"think_tpot\"}."},
+    {"meridian_scheduler_victim_wait_seconds",
+     kGauge,
+     "seconds",
+     {},
+     {},
+     "How long a preempted request waits to run again (preemption to its first token after), smoothed over "
+     "the victims that resumed; a think request is paused for a new prompt only with that much slack.",
+     "DualQueueScheduler::victim_wait_ms()",
+     "Above the think TPOT slack requests bank (minutes): victims wait so long that pausing stops and new "
+     "prompts wait for KV instead (ADR-0034); KV is undersized for the load."},
     {"meridian_scheduler_ttft_deferred_total",
      kCounter,
      "requests",

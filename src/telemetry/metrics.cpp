@@ -254,6 +254,7 @@ void EngineMetrics::sync(const DualQueueScheduler& scheduler) {
   r.set(MetricId::kSchedulerOutputSloOverruns, as_double(c.output_slo_overruns));
   r.set(MetricId::kSchedulerStalls, as_double(c.stalls));
   r.set(MetricId::kSchedulerAdmissionPreemptions, as_double(c.admission_preemptions));
+  r.set(MetricId::kSchedulerVictimWait, scheduler.victim_wait_ms() / 1000.0);
   r.set(MetricId::kSchedulerTtftDeferred, as_double(c.ttft_deferred));
   r.set(MetricId::kSchedulerAborted, as_double(c.aborted));
   r.set(MetricId::kSchedulerLivelockReleases, as_double(c.livelock_releases));

@@ -563,6 +563,29 @@ TEST(SchedulerTrace, ANewPromptNearItsTtftPausesTheThinkingWithTheLeastProgress)
   EXPECT_EQ(rig.step(blocks(0)), "o3 t1 t4");
 }
 
+// ADR-0034: a victim's wait, from its preemption (planned at the step's start)
+// to its first token after (the end of the step that re-prefills it), is what
+// the scheduler learns victims wait.
+TEST(SchedulerTrace, AResumedVictimTeachesTheSchedulerHowLongVictimsWait) {
+  SchedulerOptions o = admission_options();
+  o.total_kv_blocks = 64;  // the admission watermarks are shares of the pool
+  SchedulerRig rig(o, kCost);
+  fill_kv(rig);
+  rig.add(4, 8);
+  const std::int64_t arrived = rig.now_ns;
+  while (rig.now_ns - arrived < 50'000'000) ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t2");
+  const std::int64_t paused_at = rig.now_ns;
+  ASSERT_EQ(rig.step(blocks(0)), "!2r o3 p4:8");
+  ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t4");
+  ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t4");
+  EXPECT_EQ(rig.scheduler.victim_wait_ms(), 0.0);  // no victim has come back yet
+  // KV frees past the admission watermarks: 2 is recomputed (its prompt and
+  // what it had generated), and its first token after closes its wait.
+  ASSERT_EQ(rig.step(blocks(40)), "o3 p2:10");
+  EXPECT_DOUBLE_EQ(rig.scheduler.victim_wait_ms(), static_cast<double>(rig.now_ns - paused_at) / 1e6);
+  EXPECT_GT(rig.scheduler.victim_wait_ms(), 0.0);
+}
+
 // What may not be paused: answers, thinking without two TTFT budgets of slack
 // in its mean think TPOT (or in its TTFV, when bound), and anything with
 // preemption off. The prompt then waits for KV, as before ADR-0027. Returns

@@ -113,6 +113,36 @@ def test_a_prompt_near_its_ttft_pauses_thinking_and_outputs_stay_exact():
     assert sched.requests == {}
 
 
+def test_a_resumed_victim_tells_the_core_how_long_it_waited():
+    # ADR-0034: the core pauses only thinking that can absorb the wait victims
+    # see; in vLLM it learns that wait from the adapter, which passes each
+    # victim's wait (from vLLM's preemption to its first token after) when the
+    # victim re-enters the core.
+    entered = []
+
+    def spy(sched):
+        m = sched.meridian
+        enter = m._enter_core
+
+        def recording(mid, r):
+            enter(mid, r)
+            entered.append((r.request_id, r.num_preemptions, m.clock_ns()))
+        m._enter_core = recording
+
+    _, sched, delivered, tokens, preemptions = run(Scheduler, on_build=spy)
+    (step, victim), = preemptions
+    back = [t for rid, n, t in entered if rid == victim and n == 1]
+    assert len(back) == 1
+    # Preempted while step `step` was scheduled, when the step clock read (step - 1) steps.
+    waited_ns = back[0] - (step - 1) * STEP_NS
+    assert waited_ns >= STEP_NS
+    assert sched.meridian.core.victim_wait_ms == pytest.approx(waited_ns / 1e6)
+    reg = sched.meridian.telemetry.registry
+    assert reg.value("meridian_scheduler_victim_wait_seconds") == pytest.approx(waited_ns / 1e9)
+    assert not sched.meridian.preempted_ns  # nothing left behind
+    assert delivered == tokens
+
+
 def test_without_preemption_or_when_the_prompt_fits_nothing_is_paused(tmp_path, monkeypatch):
     # A prompt that fits is admitted at once: nothing to pause.
     wait, sched, delivered, tokens, preemptions = run(Scheduler, late_blocks=10)

@@ -221,6 +221,9 @@ class _Adapter:
         self.admit_after_ns = int(_ADMIT_AFTER_TTFT_SHARE * cfg.scheduler.ttft_slo_ms * 1e6)
         self.arrived_ns: dict[int, int] = {}  # on the planning clock
         self.first_token_ns: dict[int, int] = {}  # when each entered the core first (its first token)
+        # When vLLM preempted each victim not yet back in the core: its wait,
+        # to its first token after, teaches the core the wait victims see (ADR-0034).
+        self.preempted_ns: dict[int, int] = {}
         self.paused_for: set[str] = set()  # this step's prompts admitted past the watermarks
         # The prefill budget of the last plan: how many prompt tokens pausing takes per step.
         self.last_prefill_budget = sched.max_num_scheduled_tokens
@@ -307,6 +310,7 @@ class _Adapter:
         self.requests.pop(mid, None)
         self.arrived_ns.pop(mid, None)
         self.first_token_ns.pop(mid, None)
+        self.preempted_ns.pop(mid, None)
         self.phase.pop(mid, None)
         self.no_throttle.discard(mid)
         self.pending.pop(request_id, None)
@@ -349,6 +353,7 @@ class _Adapter:
         answer = phase == _OUTPUT or (phase != _THINK and prefilled)
         self.stats["preempted_answer" if answer else "preempted_think"] += 1
         self.telemetry.preempted(answer)
+        self.preempted_ns.setdefault(mid, self.clock_ns())
         if mid in self.in_core:
             self.in_core.discard(mid)
             self.core.finish(mid)
@@ -976,11 +981,14 @@ class _Adapter:
         # context is its own KV (not a shared prefix): a pause frees all of it.
         # A resumed victim carries its preemptions (never paused again) and,
         # in think, its history (tokens since its first and that token's
-        # time), so its think deadlines count the time it spent preempted.
-        first = self.first_token_ns.setdefault(mid, self.clock_ns())
+        # time), so its think deadlines count the time it spent preempted,
+        # and how long it waited, which the core learns victims' waits from.
+        now = self.clock_ns()
+        first = self.first_token_ns.setdefault(mid, now)
         history = max(0, r.num_output_tokens - 1) if phase == _THINK and r.num_preemptions else 0
+        preempted = self.preempted_ns.pop(mid, None)
         self.core.add(mid, context, phase, 0, int(r.arrival_time * 1e9), r.num_preemptions, context - 1,
-                      history, first if history else 0)
+                      history, first if history else 0, max(0, now - preempted) if preempted is not None else 0)
         self.in_core.add(mid)
 
 
