@@ -82,6 +82,20 @@ def run_arrivals(cls, arrivals: list[tuple[int, str, int, bool]], thinker_prompt
     return admitted_at, sched, delivered, tokens, preemptions
 
 
+def after_enter_core(record):
+    """An on_build hook: calls record(adapter, mid, request) each time a
+    request enters (or re-enters) the C++ core, after it did."""
+    def hook(sched):
+        adapter = sched.meridian
+        enter = adapter._enter_core
+
+        def entered(mid, r):
+            enter(mid, r)
+            record(adapter, mid, r)
+        adapter._enter_core = entered
+    return hook
+
+
 def run(cls, late_blocks: int = 30, on_build=None):
     """A chat prompt of `late_blocks` blocks arrives at step 400, when it does
     not fit. Returns (steps until vLLM admitted it, then as run_arrivals)."""
@@ -119,16 +133,8 @@ def test_a_resumed_victim_tells_the_core_how_long_it_waited():
     # victim's wait (from vLLM's preemption to its first token after) when the
     # victim re-enters the core.
     entered = []
-
-    def spy(sched):
-        m = sched.meridian
-        enter = m._enter_core
-
-        def recording(mid, r):
-            enter(mid, r)
-            entered.append((r.request_id, r.num_preemptions, m.clock_ns()))
-        m._enter_core = recording
-
+    spy = after_enter_core(lambda adapter, mid, r: entered.append(
+        (r.request_id, r.num_preemptions, adapter.clock_ns())))
     _, sched, delivered, tokens, preemptions = run(Scheduler, on_build=spy)
     (step, victim), = preemptions
     back = [t for rid, n, t in entered if rid == victim and n == 1]
@@ -217,17 +223,11 @@ def test_a_paused_request_resumes_with_its_think_history():
     # them: its think deadlines count the time it spent paused.
     seen = []
 
-    def watch(sched):
-        adapter = sched.meridian
-        enter = adapter._enter_core
+    def record(adapter, mid, r):
+        if r.num_preemptions:
+            seen.append((r.num_output_tokens, adapter.core.view(mid).generated_tokens))
 
-        def entered(mid, r):
-            enter(mid, r)
-            if r.num_preemptions:
-                seen.append((r.num_output_tokens, adapter.core.view(mid).generated_tokens))
-        adapter._enter_core = entered
-
-    _, _, delivered, tokens, _ = run(Scheduler, on_build=watch)
+    _, _, delivered, tokens, _ = run(Scheduler, on_build=after_enter_core(record))
     assert delivered == tokens
     assert seen, "the paused request resumed"
     for output_tokens, generated in seen:
