@@ -272,13 +272,15 @@ struct DualQueueScheduler::Impl {
   }
   // A request ended its thinking after `think_tokens` (its tokens so far).
   void note_think_length(std::uint32_t think_tokens) {
-    const double n = think_tokens;
-    think_tokens_mean =
-        think_tokens_mean == 0 ? n : think_tokens_mean + kThinkLengthSmoothing * (n - think_tokens_mean);
+    smooth(think_tokens_mean, think_tokens, kThinkLengthSmoothing);
   }
   void note_victim_wait(std::int64_t wait_ns) {
-    const double w = static_cast<double>(std::max<std::int64_t>(wait_ns, 0));
-    victim_wait_ns = victim_wait_ns == 0 ? w : victim_wait_ns + kVictimWaitSmoothing * (w - victim_wait_ns);
+    smooth(victim_wait_ns, static_cast<double>(std::max<std::int64_t>(wait_ns, 0)), kVictimWaitSmoothing);
+  }
+  // Exponential smoothing of `estimate` toward `value` by `weight`; the first
+  // value (while the estimate is 0) sets it.
+  static void smooth(double& estimate, double value, double weight) {
+    estimate = estimate == 0 ? value : estimate + weight * (value - estimate);
   }
   // A victim produced its first token since its preemption.
   void resumed(SlotCold& c, std::int64_t end_ns) {
@@ -711,7 +713,7 @@ struct DualQueueScheduler::Impl {
                             ? std::min(observed_ms, predicted + StepCostModel::residual_bound_ms(predicted))
                             : predicted;
     // Smoothed so one long step (a big prefill) does not make every think request due.
-    recent_step_ms = recent_step_ms == 0 ? took : recent_step_ms + kStepEwmaAlpha * (took - recent_step_ms);
+    smooth(recent_step_ms, took, kStepEwmaAlpha);
   }
 
   // The last plan's item `i` ran, ending at `end_ns`.
