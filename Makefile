@@ -30,10 +30,14 @@ setup:
 MAIN_DEFINES := MERIDIAN_BUILD_TESTS=ON MERIDIAN_BUILD_BENCH=ON MERIDIAN_BUILD_APPS=ON MERIDIAN_BUILD_TELEMETRY=ON \
 	MERIDIAN_BUILD_PYTHON=ON
 
+# make test's lanes run side by side and several need this tree: two cmake runs at once in one
+# tree break it (ninja: "failed recompaction"), so configuring and building hold
+# $(BUILD_DIR)/.build.lock, as scripts/test_package.sh does (docs/testing.md#one-build-at-a-time).
 build: setup
-	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(addprefix -D,$(MAIN_DEFINES)) \
-	  -DPython_EXECUTABLE=$(abspath $(PYTHON)) $(CMAKE_FLAGS) >/dev/null
-	@cmake --build $(BUILD_DIR) -j $(JOBS)
+	@mkdir -p $(BUILD_DIR) && exec 9>$(BUILD_DIR)/.build.lock && flock 9 && \
+	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(addprefix -D,$(MAIN_DEFINES)) \
+	    -DPython_EXECUTABLE=$(abspath $(PYTHON)) $(CMAKE_FLAGS) >/dev/null && \
+	  cmake --build $(BUILD_DIR) -j $(JOBS)
 	@echo "built $(BUILD_DIR)/bin/meridian"
 
 # Everything CI checks, fastest failures first, each stage timed (scripts/make_test.sh).
@@ -117,7 +121,7 @@ test-package: build
 # The exported CMake package works for a downstream project.
 test-install:
 	@rm -rf $(BUILD_DIR)/install-test $(BUILD_DIR)/consumer
-	@cmake --install $(BUILD_DIR) --prefix $(BUILD_DIR)/install-test >/dev/null
+	@flock $(BUILD_DIR)/.build.lock cmake --install $(BUILD_DIR) --prefix $(BUILD_DIR)/install-test >/dev/null
 	@cmake -S tests/cmake_consumer -B $(BUILD_DIR)/consumer -G Ninja \
 	  -DCMAKE_PREFIX_PATH=$(abspath $(BUILD_DIR))/install-test >/dev/null
 	@cmake --build $(BUILD_DIR)/consumer >/dev/null

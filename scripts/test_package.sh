@@ -15,6 +15,11 @@ settings=(-Cbuild-dir="$build_dir" -Ccmake.build-type="$build_type")
 while (($#)) && [[ $1 != -- ]]; do settings+=(-Ccmake.define."$1"); shift; done
 if (($#)); then shift; for arg in "$@"; do settings+=(-Ccmake.args="$arg"); done; fi
 
+# One cmake at a time in this tree: `make build` holds the same lock (Makefile).
+mkdir -p "$build_dir"
+exec 9>"$build_dir/.build.lock"
+flock 9
+
 python=.venv/bin/python
 wheel_dir=$build_dir/wheel
 shopt -s nullglob
