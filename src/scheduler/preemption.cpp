@@ -165,7 +165,9 @@ void DualQueueScheduler::Impl::preempt(std::uint32_t s) {
   r.computed = 0;
   c.shared_blocks = 0;
   r.think_blocks = 0;
-  table.insert_by_arrival(Queue::kResumeQueue, s);
+  // The latest victim resumes first, as in vLLM, whose waiting queue takes
+  // each victim back at its front (ADR-0035): it has lost the least time.
+  table.push_front(Queue::kResumeQueue, s);
 }
 
 // Progress guarantee when nothing runs and no prefill could move: partial

@@ -142,15 +142,6 @@ class RequestTable {
     h.tail = last;
   }
 
-  /// Inserts keeping `q` ordered by (arrival, id): recompute victims are
-  /// re-admitted oldest first.
-  void insert_by_arrival(std::uint8_t q, std::uint32_t s) {
-    unlink(s);
-    std::uint32_t after = heads_[q].tail;
-    while (after != kNil && older(s, after)) after = slots_[after].prev;
-    link_after(q, after, s);
-  }
-
   /// Priority order: earlier arrival first, then lower id.
   [[nodiscard]] bool older(std::uint32_t a, std::uint32_t b) const {
     const std::int64_t x = cold_[a].arrival_ns;

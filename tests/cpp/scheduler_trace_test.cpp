@@ -3,6 +3,8 @@
 // Notation in scheduler_rig.h.
 #include <functional>
 #include <limits>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -641,6 +643,37 @@ std::string triage_trace(bool triage) {
 TEST(SchedulerTrace, APromptThatCannotMeetItsTtftYieldsToThoseThatCan) {
   EXPECT_EQ(triage_trace(true), "p2:8 p3:8 p1:44 | o3 p1:16");
   EXPECT_EQ(triage_trace(false), "p1:60 | p2:8 p3:8 t1");
+}
+
+// ADR-0035: recompute victims resume the latest first, as vLLM's waiting
+// queue takes each victim back at its front. 2 is paused for 4, 4 for 5, and
+// 1's growth then takes 5 (the least progress). With KV for one re-prefill at
+// a time they come back 5, 4, 2; by arrival they came back 2, 4, 5.
+TEST(SchedulerTrace, TheLatestVictimResumesFirst) {
+  SchedulerOptions o = admission_options();
+  o.total_kv_blocks = 64;  // the admission watermarks are shares of the pool
+  SchedulerRig rig(o, kCost);
+  fill_kv(rig);
+  rig.add(4, 8);
+  std::int64_t arrived = rig.now_ns;
+  while (rig.now_ns - arrived < 50'000'000) ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t2");
+  ASSERT_EQ(rig.step(blocks(0)), "!2r o3 p4:8");
+  ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t4");
+  rig.add(5, 8);
+  arrived = rig.now_ns;
+  while (rig.now_ns - arrived < 50'000'000) ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t4");
+  ASSERT_EQ(rig.step(blocks(0)), "!4r o3 p5:8");
+  ASSERT_EQ(rig.step(blocks(0)), "!5r o3 t1");
+  // KV frees a block a step: the victims' re-prefills ("pN:") start one
+  // after another.
+  std::string resumed;
+  for (std::uint64_t free = 1; free < 40 && resumed.size() < 3; ++free) {
+    std::istringstream items(rig.step(blocks(free)));
+    for (std::string item; items >> item;) {
+      if (item.size() > 2 && item[0] == 'p' && item[2] == ':') resumed += item[1];
+    }
+  }
+  EXPECT_EQ(resumed, "542");
 }
 
 }  // namespace
