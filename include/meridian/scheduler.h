@@ -73,7 +73,7 @@ struct NewRequest {
   std::int64_t first_token_ns = 0;
   /// A victim an engine re-adds when it resumes: how long it waited, from its
   /// preemption to its first token after it (0: not a victim, or unknown).
-  /// The scheduler learns the wait victims see from it (victim_wait_ms()).
+  /// victim_wait_ms() reports the wait victims see from it.
   std::int64_t victim_wait_ns = 0;
 };
 
@@ -334,8 +334,7 @@ class DualQueueScheduler {
   /// How long a preempted request waits to run again, from its preemption to
   /// its first token after it: smoothed over the victims that resumed (its
   /// own, and those an engine re-adds with NewRequest::victim_wait_ns); 0
-  /// before any. A think request is paused for admission only with at least
-  /// this much slack (ADR-0034). O(1).
+  /// before any. Telemetry: no decision reads it (ADR-0035). O(1).
   [[nodiscard]] double victim_wait_ms() const noexcept;
   [[nodiscard]] const StepCostModel& cost_model() const noexcept;
   [[nodiscard]] const SchedulerOptions& options() const noexcept;

@@ -147,7 +147,6 @@ bool DualQueueScheduler::set_phase(RequestId id, Phase phase, std::uint32_t answ
   // Phases only move forward; the only transition the scheduler acts on is ExitThink.
   if (phase != Phase::kOutputDecode || r.phase == Phase::kOutputDecode) return true;
   r.phase = Phase::kOutputDecode;
-  m.note_think_length(r.generated);
   r.think_blocks = 0;  // demoted to ThinkComplete
   // Its answer deadlines count from its first answer token: still to come,
   // or the decode in flight, timed when it was reported (ADR-0032).

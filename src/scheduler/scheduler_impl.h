@@ -101,12 +101,9 @@ struct DualQueueScheduler::Impl {
   // TTFT budgets away: the wait moves to a request that can absorb it.
   static constexpr double kAdmitAfterTtftShare = 0.5;
   static constexpr double kVictimSlackTtftBudgets = 2.0;
-  // The victim wait estimate (ADR-0034) weighs each resumed victim's wait by
-  // this much (about the last ten resumptions), and the think length
-  // estimate each request that ended its thinking by this much (about the
-  // last twenty: lengths vary far more from one request to the next).
+  // The victim wait telemetry (victim_wait_ms()) weighs each resumed
+  // victim's wait by this much: about the last ten resumptions.
   static constexpr double kVictimWaitSmoothing = 0.1;
-  static constexpr double kThinkLengthSmoothing = 0.05;
 
   SchedulerOptions opt;
   StepCostModel model;
@@ -160,7 +157,6 @@ struct DualQueueScheduler::Impl {
   std::int64_t admit_after_ns = 0;   // kAdmitAfterTtftShare of the TTFT budget
   std::int64_t victim_slack_ns = 0;  // kVictimSlackTtftBudgets TTFT budgets
   double victim_wait_ns = 0;         // smoothed wait of resumed victims (0: none yet)
-  double think_tokens_mean = 0;      // smoothed think length of requests that ended thinking (0: none yet)
   std::int64_t ttfv_slo_ns = 0;      // 0: no TTFV bound
   std::int64_t now_ns_ = 0;          // this step's planning time
 
@@ -247,32 +243,13 @@ struct DualQueueScheduler::Impl {
            c.deferred_step != step && now_ns_ - c.arrival_ns >= admit_after_ns;
   }
   // A running think request that can absorb a wait: never preempted before
-  // (so nobody is paused twice this way), at least victim_slack_ns before its
-  // mean think TPOT deadline and, when bound, its TTFV deadline, and able to
-  // absorb the wait victims see (ADR-0034): within its think TPOT, the slack
-  // it has plus what the rest of its thinking banks at its pace; within its
-  // TTFV, all of it.
+  // (so nobody is paused twice this way), and its mean think TPOT deadline
+  // and, when bound, its TTFV deadline at least victim_slack_ns away. The
+  // measured victim wait is not a condition (ADR-0035 retired ADR-0034's).
   [[nodiscard]] bool can_pause(const Slot& r, const SlotCold& c) const {
     if (c.preemptions > 0 || held_blocks(r) == 0) return false;
-    const std::int64_t think_slack = think_mean_deadline(r, c) - now_ns_;
-    if (think_slack < victim_slack_ns) return false;
-    if (static_cast<double>(think_slack) + slack_ahead_ns(r, c) < victim_wait_ns) return false;
-    const std::int64_t ttfv_need = std::max(victim_slack_ns, static_cast<std::int64_t>(victim_wait_ns));
-    return ttfv_slo_ns == 0 || clock_plus(c.arrival_ns, ttfv_slo_ns) - now_ns_ >= ttfv_need;
-  }
-  // The slack a think request banks from here to the end of its thinking:
-  // the think tokens it has still to go on the think length estimate, each
-  // as far under the think budget as its mean gap so far. 0 while either is
-  // unknown (a first token only, or no request has ended thinking yet).
-  [[nodiscard]] double slack_ahead_ns(const Slot& r, const SlotCold& c) const {
-    if (r.generated < 2) return 0;
-    const double pace_ns = static_cast<double>(c.last_token_ns - c.first_token_ns) / (r.generated - 1);
-    const double tokens_ahead = std::max(0.0, think_tokens_mean - r.generated);
-    return tokens_ahead * std::max(0.0, think_budget_ns - pace_ns);
-  }
-  // A request ended its thinking after `think_tokens` (its tokens so far).
-  void note_think_length(std::uint32_t think_tokens) {
-    smooth(think_tokens_mean, think_tokens, kThinkLengthSmoothing);
+    if (think_mean_deadline(r, c) - now_ns_ < victim_slack_ns) return false;
+    return ttfv_slo_ns == 0 || clock_plus(c.arrival_ns, ttfv_slo_ns) - now_ns_ >= victim_slack_ns;
   }
   void note_victim_wait(std::int64_t wait_ns) {
     smooth(victim_wait_ns, static_cast<double>(std::max<std::int64_t>(wait_ns, 0)), kVictimWaitSmoothing);

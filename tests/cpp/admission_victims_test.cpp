@@ -83,50 +83,20 @@ TEST(StepVictimShare, IsTheFractionOfTheRunningRequestsAndAtLeastOne) {
   EXPECT_EQ(rig.scheduler.admission_victims(arrived, 2 * blocks, 0, rig.now_ns).size(), 2U);
 }
 
-// ADR-0034: a think request is paused only if it can absorb the wait victims
-// see. Requests 1 and 2 have about 3 s of slack in their mean think TPOT (40
-// tokens at a 5 ms pace against 80 ms) and nothing yet says how long they
-// think. A victim the engine re-adds after a 10 s wait sets that wait.
-TEST_F(AdmissionVictims, APauseNeedsSlackForTheWaitVictimsSee) {
+// The wait victims see is measured and reported (victim_wait_ms(), a
+// gauge), not a condition of pausing: ADR-0035 retired ADR-0034's rule, which
+// gained only in a simulator that resumed victims in the wrong order. A
+// victim the engine re-adds after a 10 s wait sets the estimate; requests 1
+// and 2, with about 3 s of slack, are paused all the same.
+TEST_F(AdmissionVictims, TheWaitVictimsSeeIsReportedNotAConditionOfPausing) {
+  EXPECT_EQ(rig.scheduler.victim_wait_ms(), 0.0);  // no victim has come back
   rig.scheduler.add({4, Phase::kThinkDecode, 160, 0, rig.now_ns, 1, 159, 0, 0, 10'000 * kMs});
   EXPECT_DOUBLE_EQ(rig.scheduler.victim_wait_ms(), 10'000.0);
-  EXPECT_TRUE(victims(blocks).empty());
-  EXPECT_EQ(rig.scheduler.counters().admission_preemptions, 0U);
-  // Each later wait moves the estimate a tenth of the way: 22 waits of 1 s bring it under 2 s.
-  for (RequestId id = 5; id < 27; ++id) {
-    rig.scheduler.add({id, Phase::kThinkDecode, 160, 0, rig.now_ns, 1, 159, 0, 0, 1'000 * kMs});
-  }
-  EXPECT_LT(rig.scheduler.victim_wait_ms(), 2'900.0);
+  // Each later wait moves the estimate a tenth of the way.
+  rig.scheduler.add({5, Phase::kThinkDecode, 160, 0, rig.now_ns, 1, 159, 0, 0, 1'000 * kMs});
+  EXPECT_DOUBLE_EQ(rig.scheduler.victim_wait_ms(), 9'100.0);
   EXPECT_EQ(victims(blocks), (std::vector<RequestId>{2}));  // the newer of two equals
-}
-
-// The slack a request will bank counts: once requests are known to think
-// for 400 tokens, 1 and 2 have 360 tokens to go, each 75 ms under the budget
-// (27 s), and can absorb the 10 s wait; their TTFV, when bound, cannot bank.
-TEST_F(AdmissionVictims, ThinkingStillToComeBanksSlackForTheWait) {
-  rig.scheduler.add({4, Phase::kThinkDecode, 160, 0, rig.now_ns, 1, 159, 0, 0, 10'000 * kMs});
-  ASSERT_TRUE(victims(blocks).empty());
-  // A request re-added with 400 tokens of history ends its thinking.
-  rig.scheduler.add({5, Phase::kThinkDecode, 160, 0, rig.now_ns, 1, 159, 400, 1});
-  ASSERT_TRUE(rig.scheduler.set_phase(5, Phase::kOutputDecode));
-  EXPECT_EQ(victims(blocks), (std::vector<RequestId>{2}));  // the newer of two equals
-}
-
-TEST(AdmissionVictimsTtfv, TheTtfvBoundMustCoverTheWholeWait) {
-  for (const double ttfv_ms : {8'000.0, 20'000.0}) {
-    SchedulerOptions o = options();
-    o.ttfv_slo_ms = ttfv_ms;
-    SchedulerRig rig{o, StepCostCoefficients{5.0, 0.0, 0.0}};
-    rig.add(1, 160);
-    while (rig.scheduler.view(1)->generated_tokens < 40) rig.step({}, 5.0);
-    rig.scheduler.add({4, Phase::kThinkDecode, 160, 0, rig.now_ns, 1, 159, 0, 0, 10'000 * kMs});
-    rig.scheduler.add({5, Phase::kThinkDecode, 160, 0, rig.now_ns, 1, 159, 400, 1});
-    ASSERT_TRUE(rig.scheduler.set_phase(5, Phase::kOutputDecode));
-    const std::uint64_t blocks = rig.scheduler.view(1)->context_tokens / 16;
-    const std::vector<RequestId> named =
-        rig.scheduler.admission_victims(rig.now_ns - 600 * kMs, blocks, 0, rig.now_ns);
-    EXPECT_EQ(named.size(), ttfv_ms > 10'200.0 ? 1U : 0U) << ttfv_ms;
-  }
+  EXPECT_EQ(rig.scheduler.counters().admission_preemptions, 1U);
 }
 
 TEST(AdmissionVictimsOfEngineRequests, ANegativeVictimWaitIsAnError) {

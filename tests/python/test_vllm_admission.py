@@ -128,10 +128,10 @@ def test_a_prompt_near_its_ttft_pauses_thinking_and_outputs_stay_exact():
 
 
 def test_a_resumed_victim_tells_the_core_how_long_it_waited():
-    # ADR-0034: the core pauses only thinking that can absorb the wait victims
-    # see; in vLLM it learns that wait from the adapter, which passes each
-    # victim's wait (from vLLM's preemption to its first token after) when the
-    # victim re-enters the core.
+    # The core reports the wait victims see (a gauge; ADR-0035); in vLLM it
+    # learns that wait from the adapter, which passes each victim's wait (from
+    # vLLM's preemption to its first token after) when the victim re-enters
+    # the core.
     entered = []
     spy = after_enter_core(lambda adapter, mid, r: entered.append(
         (r.request_id, r.num_preemptions, adapter.clock_ns())))

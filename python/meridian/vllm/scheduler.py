@@ -222,7 +222,8 @@ class _Adapter:
         self.arrived_ns: dict[int, int] = {}  # on the planning clock
         self.first_token_ns: dict[int, int] = {}  # when each entered the core first (its first token)
         # When vLLM preempted each victim not yet back in the core: its wait,
-        # to its first token after, teaches the core the wait victims see (ADR-0034).
+        # to its first token after, goes to the core, which reports the wait victims
+        # see (meridian_scheduler_victim_wait_seconds; ADR-0035).
         self.preempted_ns: dict[int, int] = {}
         self.paused_for: set[str] = set()  # this step's prompts admitted past the watermarks
         # The prefill budget of the last plan: how many prompt tokens pausing takes per step.
