@@ -261,10 +261,10 @@ constexpr std::array<MetricSpec, kMetricCount> kCatalog = {{
      {},
      {},
      "How long a preempted request waits to run again (preemption to its first token after), smoothed over "
-     "the victims that resumed; a think request is paused for a new prompt only with that much slack.",
+     "the victims that resumed (the latest victim resumes first, as in vLLM).",
      "DualQueueScheduler::victim_wait_ms()",
-     "Above the think TPOT slack requests bank (minutes): victims wait so long that pausing stops and new "
-     "prompts wait for KV instead (ADR-0034); KV is undersized for the load."},
+     "Minutes: KV stays full, the oldest victims wait longest and miss their think TPOT (ADR-0035); "
+     "KV is undersized for the load."},
     {"meridian_scheduler_ttft_deferred_total",
      kCounter,
      "requests",
