@@ -568,16 +568,28 @@ TEST(SchedulerTrace, ANewPromptNearItsTtftPausesTheThinkingWithTheLeastProgress)
 // ADR-0034: a victim's wait, from its preemption (planned at the step's start)
 // to its first token after (the end of the step that re-prefills it), is what
 // the scheduler learns victims wait.
-TEST(SchedulerTrace, AResumedVictimTeachesTheSchedulerHowLongVictimsWait) {
+// A 64-block pool (the admission watermarks are shares of it).
+SchedulerOptions pool_options() {
   SchedulerOptions o = admission_options();
-  o.total_kv_blocks = 64;  // the admission watermarks are shares of the pool
-  SchedulerRig rig(o, kCost);
+  o.total_kv_blocks = 64;
+  return o;
+}
+
+// KV full (fill_kv); prompt 4 arrives, waits half its TTFT, and pauses 2.
+// Returns when 2 was paused (the start of that step).
+std::int64_t pause_2_for_prompt_4(SchedulerRig& rig) {
   fill_kv(rig);
   rig.add(4, 8);
   const std::int64_t arrived = rig.now_ns;
-  while (rig.now_ns - arrived < 50'000'000) ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t2");
+  while (rig.now_ns - arrived < 50'000'000) EXPECT_EQ(rig.step(blocks(0)), "o3 t1 t2");
   const std::int64_t paused_at = rig.now_ns;
-  ASSERT_EQ(rig.step(blocks(0)), "!2r o3 p4:8");
+  EXPECT_EQ(rig.step(blocks(0)), "!2r o3 p4:8");
+  return paused_at;
+}
+
+TEST(SchedulerTrace, AResumedVictimTeachesTheSchedulerHowLongVictimsWait) {
+  SchedulerRig rig(pool_options(), kCost);
+  const std::int64_t paused_at = pause_2_for_prompt_4(rig);
   ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t4");
   ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t4");
   EXPECT_EQ(rig.scheduler.victim_wait_ms(), 0.0);  // no victim has come back yet
@@ -650,17 +662,11 @@ TEST(SchedulerTrace, APromptThatCannotMeetItsTtftYieldsToThoseThatCan) {
 // 1's growth then takes 5 (the least progress). With KV for one re-prefill at
 // a time they come back 5, 4, 2; by arrival they came back 2, 4, 5.
 TEST(SchedulerTrace, TheLatestVictimResumesFirst) {
-  SchedulerOptions o = admission_options();
-  o.total_kv_blocks = 64;  // the admission watermarks are shares of the pool
-  SchedulerRig rig(o, kCost);
-  fill_kv(rig);
-  rig.add(4, 8);
-  std::int64_t arrived = rig.now_ns;
-  while (rig.now_ns - arrived < 50'000'000) ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t2");
-  ASSERT_EQ(rig.step(blocks(0)), "!2r o3 p4:8");
+  SchedulerRig rig(pool_options(), kCost);
+  pause_2_for_prompt_4(rig);
   ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t4");
   rig.add(5, 8);
-  arrived = rig.now_ns;
+  const std::int64_t arrived = rig.now_ns;
   while (rig.now_ns - arrived < 50'000'000) ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t4");
   ASSERT_EQ(rig.step(blocks(0)), "!4r o3 p5:8");
   ASSERT_EQ(rig.step(blocks(0)), "!5r o3 t1");
