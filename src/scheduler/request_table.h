@@ -23,7 +23,7 @@ inline constexpr std::uint32_t kNil = std::numeric_limits<std::uint32_t>::max();
 enum Queue : std::uint8_t {
   kOutputQueue = 0,  ///< running, answer phase; ordered by last token
   kThinkQueue = 1,   ///< running, think phase; ordered by last token (round robin)
-  kResumeQueue = 2,  ///< recompute victims waiting for re-prefill (ahead of new arrivals)
+  kResumeQueue = 2,  ///< recompute victims waiting for re-prefill, the latest first (ADR-0035)
   kWaitQueue = 3,    ///< new arrivals waiting for (chunked) prefill, FCFS
   kSwapQueue = 4,    ///< answer-phase victims whose KV is on the host
   kQueueCount = 5,
