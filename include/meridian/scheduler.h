@@ -268,8 +268,10 @@ class DualQueueScheduler {
   /// adapter): after schedule(), `out` receives the running think requests
   /// the plan left out (throttled) and every running request in the order
   /// the engine should keep them: answers first (queue order), then think
-  /// requests by progress, most first, so the last is the victim this
-  /// scheduler would take first (the shortest context, then the newest).
+  /// requests by slack, the least first, so the last is the victim this
+  /// scheduler would take first (ADR-0036: the latest mean think TPOT
+  /// deadline, or TTFV deadline when bound; among equals the shortest
+  /// context, then the newest).
   /// O(running log running); clears `out` first.
   void engine_view(EngineView& out) const;
   /// For an engine that runs more than the plan (the vLLM adapter: vLLM
@@ -297,7 +299,7 @@ class DualQueueScheduler {
   /// the prompt has waited half of ttft_slo_ms at `now_ns` and the think
   /// requests that can pause (never preempted before; two TTFT budgets of
   /// slack against their mean think TPOT and, when set, their TTFV) cover
-  /// the need, least progress first, at most preempt_max_fraction of the
+  /// the need, the most slack first (ADR-0036), at most preempt_max_fraction of the
   /// running set and at most `max_victims` (what the step has left when the
   /// engine pauses for several prompts in one step); blocks are counted as
   /// context / block_tokens. Answers are never named. The engine preempts

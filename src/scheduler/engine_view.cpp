@@ -19,8 +19,9 @@ void DualQueueScheduler::engine_view(EngineView& out) const {
     out.running_order.push_back(m.table.at(s).id);
   }
   const std::size_t answers = out.running_order.size();
-  // Think requests: most progress first; among equals the older first, so the
-  // tail is the shortest context, then the newest (preempt_for's order).
+  // Think requests: the least slack first, so the tail is the first victim
+  // preempt_for() would take (ADR-0036): the latest deadline, then the
+  // shortest context, then the newest.
   thread_local std::vector<std::uint32_t> think;
   think.clear();
   for (std::uint32_t s = m.table.front(Queue::kThinkQueue); s != kNil; s = m.table.at(s).next) {
@@ -28,6 +29,9 @@ void DualQueueScheduler::engine_view(EngineView& out) const {
     if (!m.in_batch(m.table.at(s))) out.unplanned_think.push_back(m.table.at(s).id);
   }
   std::sort(think.begin(), think.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const std::int64_t da = m.victim_deadline(m.table.at(a), m.table.cold(a));
+    const std::int64_t db = m.victim_deadline(m.table.at(b), m.table.cold(b));
+    if (da != db) return da < db;
     const Slot& x = m.table.at(a);
     const Slot& y = m.table.at(b);
     return x.computed != y.computed ? x.computed > y.computed : m.table.older(a, b);

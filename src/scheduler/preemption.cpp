@@ -13,10 +13,26 @@
 
 namespace meridian {
 
-// Victim order among think requests: the least progress lost first (the
-// shortest context), then the newest, as vLLM takes its newest request.
+// The order partial prefills are released in: the least progress lost first
+// (the shortest context), then the newest, as vLLM takes its newest request.
 void DualQueueScheduler::Impl::sort_least_progress_first(std::vector<std::uint32_t>& slots) const {
   std::sort(slots.begin(), slots.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const Slot& x = table.at(a);
+    const Slot& y = table.at(b);
+    return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
+  });
+}
+
+// Victim order among think requests (ADR-0036): the most slack first, the
+// request whose first deadline a wait would cost is furthest away; it has
+// banked the most time to absorb the wait, and it usually holds the longest
+// context, so fewer victims cover a shortfall. Among equals, the least
+// progress lost, then the newest.
+void DualQueueScheduler::Impl::sort_most_slack_first(std::vector<std::uint32_t>& slots) const {
+  std::sort(slots.begin(), slots.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const std::int64_t da = victim_deadline(table.at(a), table.cold(a));
+    const std::int64_t db = victim_deadline(table.at(b), table.cold(b));
+    if (da != db) return da > db;
     const Slot& x = table.at(a);
     const Slot& y = table.at(b);
     return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
@@ -64,8 +80,7 @@ bool DualQueueScheduler::Impl::preempt_for(std::uint32_t requester, std::uint64_
   };
   // Think-phase work first, answer-phase last (ADR-0015): reasoning partial
   // prefills (they are not a prefix of their queue under prefill lanes),
-  // then running think requests, least progress lost first (the shortest
-  // context, then the newest, as vLLM takes its newest request); only then
+  // then running think requests, the most slack first (ADR-0036); only then
   // answer-phase partial prefills (a chat prompt not yet streaming), and
   // streaming answers only for an answer-phase requester.
   scan(Queue::kResumeQueue, Phase::kThinkDecode);
@@ -81,7 +96,7 @@ bool DualQueueScheduler::Impl::preempt_for(std::uint32_t requester, std::uint64_
       think_holders = true;
     }
   }
-  sort_least_progress_first(think_victims);
+  sort_most_slack_first(think_victims);
   for (std::uint32_t s : think_victims) {
     if (satisfied() || chosen.size() >= victims_left) break;
     chosen.push_back(s);
@@ -102,8 +117,8 @@ bool DualQueueScheduler::Impl::preempt_for(std::uint32_t requester, std::uint64_
   return true;
 }
 
-// Chooses (into `chosen`) think requests that can pause, least progress
-// first, at most `cap`, until `free` + what they hold covers `need`;
+// Chooses (into `chosen`) think requests that can pause, the most slack
+// first (ADR-0036), at most `cap`, until `free` + what they hold covers `need`;
 // chooses nobody unless the whole need is covered. Never an answer-phase
 // request. `skip_planned`: requests in this step's plan are not candidates.
 bool DualQueueScheduler::Impl::choose_paused(std::uint64_t need, std::uint64_t free, std::size_t cap,
@@ -117,7 +132,7 @@ bool DualQueueScheduler::Impl::choose_paused(std::uint64_t need, std::uint64_t f
     const Slot& r = table.at(s);
     if (!(skip_planned && in_batch(r)) && can_pause(r, table.cold(s))) think_victims.push_back(s);
   }
-  sort_least_progress_first(think_victims);
+  sort_most_slack_first(think_victims);
   for (std::uint32_t s : think_victims) {
     if (got >= need || chosen.size() >= cap) break;
     chosen.push_back(s);

@@ -157,8 +157,9 @@ struct DualQueueScheduler::Impl {
   std::int64_t admit_after_ns = 0;   // kAdmitAfterTtftShare of the TTFT budget
   std::int64_t victim_slack_ns = 0;  // kVictimSlackTtftBudgets TTFT budgets
   double victim_wait_ns = 0;         // smoothed wait of resumed victims (0: none yet)
-  std::int64_t ttfv_slo_ns = 0;      // 0: no TTFV bound
-  std::int64_t now_ns_ = 0;          // this step's planning time
+  std::int64_t ttft_slo_ns = 0;
+  std::int64_t ttfv_slo_ns = 0;  // 0: no TTFV bound
+  std::int64_t now_ns_ = 0;      // this step's planning time
 
   Impl(const SchedulerOptions& o, StepCostModel m)
       : opt(o),
@@ -168,6 +169,7 @@ struct DualQueueScheduler::Impl {
         max_think_gap_ns(span_ns(kMaxGapBudgets * think_budget_ns)),
         admit_after_ns(span_ns(kAdmitAfterTtftShare * o.ttft_slo_ms / kNsToMs)),
         victim_slack_ns(span_ns(kVictimSlackTtftBudgets * o.ttft_slo_ms / kNsToMs)),
+        ttft_slo_ns(span_ns(o.ttft_slo_ms / kNsToMs)),
         ttfv_slo_ns(span_ns(o.ttfv_slo_ms / kNsToMs)) {
     if (std::has_single_bit(o.block_tokens)) block_shift = std::countr_zero(o.block_tokens);
   }
@@ -230,6 +232,7 @@ struct DualQueueScheduler::Impl {
   // --- preemption (ADR-0008) and admission by pausing thinking (ADR-0027) ----
   // Defined in preemption.cpp, where each states its rule.
   void sort_least_progress_first(std::vector<std::uint32_t>& slots) const;
+  void sort_most_slack_first(std::vector<std::uint32_t>& slots) const;
   [[nodiscard]] bool candidate(std::uint32_t s, std::uint32_t requester) const;
   bool preempt_for(std::uint32_t requester, std::uint64_t need, bool answer_victims);
   bool choose_paused(std::uint64_t need, std::uint64_t free, std::size_t cap, bool skip_planned);
@@ -656,6 +659,15 @@ struct DualQueueScheduler::Impl {
   // The latest time the next think token keeps the mean gap within budget.
   [[nodiscard]] std::int64_t think_mean_deadline(const Slot& r, const SlotCold& c) const {
     return clock_plus(c.first_token_ns, span_ns(think_budget_ns * static_cast<double>(r.generated)));
+  }
+  // The first deadline a wait would cost a think request (ADR-0036): its
+  // next token's mean think TPOT deadline (before its first token, its TTFT
+  // deadline) and, when bound, its TTFV deadline. The later it is, the more
+  // slack the request has banked to absorb a preemption.
+  [[nodiscard]] std::int64_t victim_deadline(const Slot& r, const SlotCold& c) const {
+    const std::int64_t own =
+        c.first_token_ns == 0 ? clock_plus(c.arrival_ns, ttft_slo_ns) : think_mean_deadline(r, c);
+    return ttfv_slo_ns == 0 ? own : std::min(own, clock_plus(c.arrival_ns, ttfv_slo_ns));
   }
 
   void complete(double observed_ms, std::int64_t end_ns, std::span<const RequestId> not_run) {

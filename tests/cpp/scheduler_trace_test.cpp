@@ -565,6 +565,26 @@ TEST(SchedulerTrace, ANewPromptNearItsTtftPausesTheThinkingWithTheLeastProgress)
   EXPECT_EQ(rig.step(blocks(0)), "o3 t1 t4");
 }
 
+// ADR-0036: think victims by slack, not by progress. 1 thinks alone for four
+// steps before 2 and the answer 3 arrive; then both think at the same pace,
+// so 1 has banked four tokens' more slack against its mean think TPOT. For
+// prompt 4 it is paused first, although it holds the longer context (least
+// progress first took 2, as the test above shows when both start together).
+TEST(SchedulerTrace, TheThinkingWithTheMostSlackIsPausedFirst) {
+  SchedulerRig rig(admission_options(), kCost);
+  rig.add(1, 20);
+  ASSERT_EQ(rig.step({}, kPrefillMs), "p1:20");
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(rig.step(blocks(3)), "t1");
+  rig.add(2, 4);
+  rig.add(3, 20, false);
+  ASSERT_EQ(rig.step(blocks(3), kPrefillMs), "p2:4 p3:20 t1");
+  rig.add(4, 8);
+  const std::int64_t arrived = rig.now_ns;
+  while (rig.now_ns - arrived < 50'000'000) ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t2");
+  EXPECT_EQ(rig.step(blocks(0)), "!1r o3 p4:8");
+  EXPECT_EQ(rig.scheduler.counters().admission_preemptions, 1U);
+}
+
 // ADR-0034: a victim's wait, from its preemption (planned at the step's start)
 // to its first token after (the end of the step that re-prefills it), is what
 // the scheduler learns victims wait.
@@ -658,9 +678,10 @@ TEST(SchedulerTrace, APromptThatCannotMeetItsTtftYieldsToThoseThatCan) {
 }
 
 // ADR-0035: recompute victims resume the latest first, as vLLM's waiting
-// queue takes each victim back at its front. 2 is paused for 4, 4 for 5, and
-// 1's growth then takes 5 (the least progress). With KV for one re-prefill at
-// a time they come back 5, 4, 2; by arrival they came back 2, 4, 5.
+// queue takes each victim back at its front. 2 is paused for 4, 1 for 5 (it
+// has banked the most slack, ADR-0036), and then 4 for the running ones' growth.
+// With KV for one re-prefill at a time they come back 4, 1, 2; by arrival
+// they came back 1, 2, 4.
 TEST(SchedulerTrace, TheLatestVictimResumesFirst) {
   SchedulerRig rig(pool_options(), kCost);
   pause_2_for_prompt_4(rig);
@@ -668,8 +689,8 @@ TEST(SchedulerTrace, TheLatestVictimResumesFirst) {
   rig.add(5, 8);
   const std::int64_t arrived = rig.now_ns;
   while (rig.now_ns - arrived < 50'000'000) ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t4");
-  ASSERT_EQ(rig.step(blocks(0)), "!4r o3 p5:8");
-  ASSERT_EQ(rig.step(blocks(0)), "!5r o3 t1");
+  ASSERT_EQ(rig.step(blocks(0)), "!1r o3 p5:8");
+  ASSERT_EQ(rig.step(blocks(0)), "!4r o3 t5");
   // KV frees a block a step: the victims' re-prefills ("pN:") start one
   // after another.
   std::string resumed;
@@ -679,7 +700,7 @@ TEST(SchedulerTrace, TheLatestVictimResumesFirst) {
       if (item.size() > 2 && item[0] == 'p' && item[2] == ':') resumed += item[1];
     }
   }
-  EXPECT_EQ(resumed, "542");
+  EXPECT_EQ(resumed, "412");
 }
 
 }  // namespace
