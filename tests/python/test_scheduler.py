@@ -128,7 +128,7 @@ def test_memory_pressure_preempts_think_before_answers():
 
 def test_admission_victims_skip_requests_preempted_before_and_keep_the_step_share():
     # ADR-0027 for an engine adapter: think requests with the slack to wait are
-    # named, least progress first. One re-added after a preemption (the vLLM
+    # named, the most slack first (ADR-0036). One re-added after a preemption (the vLLM
     # adapter re-adds a victim when it resumes) is never named again, and
     # max_victims bounds what one step gives over several prompts.
     _, sched, kv = engine_parts(config_text="[scheduler]\npreempt_max_fraction = 1.0\n")

@@ -111,7 +111,7 @@ def test_a_prompt_near_its_ttft_pauses_thinking_and_outputs_stay_exact():
     # Stock vLLM: the prompt waits for a think request to finish (100+ steps).
     assert stock_wait > 100
     # Meridian: it waits half its TTFT SLO (25 steps of 20 ms), then one think
-    # request (the least progress) is paused and vLLM admits the prompt; the
+    # request (the most slack, ADR-0036) is paused and vLLM admits the prompt; the
     # first step after the pause or the next (vLLM's own watermark).
     assert 25 <= wait <= 28, wait
     assert stats["paused_for_admission"] == 1

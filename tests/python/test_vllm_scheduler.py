@@ -157,7 +157,25 @@ def test_stock_vllm_does_preempt_answers_in_the_same_scenario():
     assert bad, "stock vLLM takes running[-1], answer-phase or not"
 
 
-def test_victims_are_ordered_least_progress_last():
+def test_victims_are_ordered_most_slack_last():
+    """ADR-0036: vLLM preempts running[-1] first, and the adapter puts there the
+    think request with the most slack. "early" starts thinking six steps before
+    "late": it has banked more slack against its mean think TPOT, so it is the
+    first victim although it holds the longer context (least progress first put
+    "late" there)."""
+    sched = build(Scheduler)
+    choose = script({rid: [THINK] + [WORD] * 100 for rid in ("early", "late")} | {"answer": chat(50)})
+    sched.add_request(request("early", prompt(200, 0)))
+    for _ in range(6):
+        step(sched, choose)
+    sched.add_request(request("late", prompt(20, 1)))
+    sched.add_request(request("answer", prompt(30, 7)))
+    for _ in range(4):
+        step(sched, choose)
+    assert [r.request_id for r in sched.running] == ["answer", "late", "early"]
+
+
+def test_victims_of_equal_slack_are_ordered_least_progress_last():
     sched = build(Scheduler)
     lengths = {"long": 200, "mid": 100, "short": 20}
     for i, (rid, n) in enumerate(lengths.items()):

@@ -10,9 +10,9 @@ decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017, ADR-0024):
 1. **Order of ``self.running``.** vLLM schedules running requests in list
    order and, when KV runs out, preempts ``running[-1]`` first. The list
    becomes: answer-phase requests (served first), chat prompts still
-   prefilling, think-phase requests by progress, most first (so the least
-   progress lost is the first of them to go), then reasoning prompts still
-   prefilling. So while a think-phase request holds KV, vLLM never preempts an
+   prefilling, think-phase requests by slack, least first (so the one with
+   the most slack, which a wait costs least, is the first of them to go;
+   ADR-0036), then reasoning prompts still prefilling. So while a think-phase request holds KV, vLLM never preempts an
    answer-phase one.
 2. **Think decode throttling.** Think requests the plan leaves out this step
    (the answer SLO's step ceiling is full) sit the step out through vLLM's own
@@ -42,7 +42,7 @@ decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017, ADR-0024):
    the core's lanes take them, until they hold the last plan's prefill
    budget) whose blocks do not fit, the core names running think requests
    that have the slack to wait (two TTFT budgets against their mean think
-   TPOT and, when set, their TTFV; never preempted before; least progress
+   TPOT and, when set, their TTFV; never preempted before; the most slack
    first; at most ``preempt_max_fraction`` of the running set in the step).
    They are preempted with vLLM's own ``_preempt_request`` before
    ``schedule()`` (their in-flight output dropped, as ``reset_prefix_cache``
@@ -546,8 +546,8 @@ class _Adapter:
             # Requests the plan does not order yet: prefilling (vLLM's) or
             # decoding their first planned token. The tail is where vLLM takes
             # victims, so the list follows the C++ victim order from the back:
-            # reasoning prefills first, then think requests (least progress
-            # first), then chat prefills, answers last (ADR-0017). A reasoning
+            # reasoning prefills first, then think requests (the most slack
+            # first, ADR-0036), then chat prefills, answers last (ADR-0017). A reasoning
             # prefill is a prompt that opened a think block; any other sits
             # with the chat prefills, before its first token too (ADR-0024).
             known = set(ordered)
