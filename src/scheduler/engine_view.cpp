@@ -19,29 +19,21 @@ void DualQueueScheduler::engine_view(EngineView& out) const {
     out.running_order.push_back(m.table.at(s).id);
   }
   const std::size_t answers = out.running_order.size();
-  // Think requests: the least slack first, so the tail is the first victim
-  // preempt_for() would take (ADR-0036): the latest deadline, then the
-  // shortest context, then the newest. Each deadline is computed once, not
-  // per comparison: this runs every step over the whole running set.
-  struct ThinkKey {
-    std::int64_t deadline;
-    std::uint32_t slot;
-  };
-  thread_local std::vector<ThinkKey> think;
+  // Think requests in the reverse of the victim order (ADR-0036), so the
+  // tail is the first victim preempt_for() would take. Each deadline is
+  // computed once, not per comparison: this runs every step over the whole
+  // running set.
+  thread_local std::vector<Impl::VictimKey> think;
   think.clear();
   for (std::uint32_t s = m.table.front(Queue::kThinkQueue); s != kNil; s = m.table.at(s).next) {
-    think.push_back({m.victim_deadline(m.table.at(s), m.table.cold(s)), s});
+    think.push_back(m.victim_key(s));
     if (!m.in_batch(m.table.at(s))) out.unplanned_think.push_back(m.table.at(s).id);
   }
-  std::sort(think.begin(), think.end(), [&](const ThinkKey& a, const ThinkKey& b) {
-    if (a.deadline != b.deadline) return a.deadline < b.deadline;
-    const Slot& x = m.table.at(a.slot);
-    const Slot& y = m.table.at(b.slot);
-    return x.computed != y.computed ? x.computed > y.computed : m.table.older(a.slot, b.slot);
-  });
+  std::sort(think.begin(), think.end(),
+            [&](const Impl::VictimKey& a, const Impl::VictimKey& b) { return m.victim_before(b, a); });
   out.running_order.resize(answers + think.size());
   std::transform(think.begin(), think.end(), out.running_order.begin() + static_cast<std::ptrdiff_t>(answers),
-                 [&](const ThinkKey& k) { return m.table.at(k.slot).id; });
+                 [&](const Impl::VictimKey& k) { return m.table.at(k.slot).id; });
 }
 
 std::vector<RequestId> DualQueueScheduler::admission_victims(std::int64_t arrival_ns,

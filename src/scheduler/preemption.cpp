@@ -23,20 +23,17 @@ void DualQueueScheduler::Impl::sort_least_progress_first(std::vector<std::uint32
   });
 }
 
-// Victim order among think requests (ADR-0036): the most slack first, the
-// request whose first deadline a wait would cost is furthest away; it has
-// banked the most time to absorb the wait, and it usually holds the longest
-// context, so fewer victims cover a shortfall. Among equals, the least
-// progress lost, then the newest.
-void DualQueueScheduler::Impl::sort_most_slack_first(std::vector<std::uint32_t>& slots) const {
-  std::sort(slots.begin(), slots.end(), [&](std::uint32_t a, std::uint32_t b) {
-    const std::int64_t da = victim_deadline(table.at(a), table.cold(a));
-    const std::int64_t db = victim_deadline(table.at(b), table.cold(b));
-    if (da != db) return da > db;
-    const Slot& x = table.at(a);
-    const Slot& y = table.at(b);
-    return x.computed != y.computed ? x.computed < y.computed : table.older(b, a);
-  });
+// Victim order among think requests (ADR-0036, victim_before()): the most
+// slack first, the request whose first deadline a wait would cost is furthest
+// away; it has banked the most time to absorb the wait, and it usually holds
+// the longest context, so fewer victims cover a shortfall.
+void DualQueueScheduler::Impl::sort_most_slack_first(std::vector<std::uint32_t>& slots) {
+  victim_keys.clear();
+  for (std::uint32_t s : slots) victim_keys.push_back(victim_key(s));
+  std::sort(victim_keys.begin(), victim_keys.end(),
+            [&](const VictimKey& a, const VictimKey& b) { return victim_before(a, b); });
+  std::transform(victim_keys.begin(), victim_keys.end(), slots.begin(),
+                 [](const VictimKey& k) { return k.slot; });
 }
 
 // Anti-livelock: within a tier only younger requests are victims, so the

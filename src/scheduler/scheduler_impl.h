@@ -55,6 +55,11 @@ using sched_detail::Slot;
 using sched_detail::SlotCold;
 
 struct DualQueueScheduler::Impl {
+  // A think request with its victim_deadline(), computed once for a sort.
+  struct VictimKey {
+    std::int64_t deadline;
+    std::uint32_t slot;
+  };
   static constexpr double kNsToMs = 1e-6;
   // Spans added to the engine clock are clamped to this (about 31 years), and
   // the sums saturate: a cost model or budget that predicts absurd times must
@@ -136,6 +141,7 @@ struct DualQueueScheduler::Impl {
   bool idle_engine = false;            // nothing running: admit whatever fits
   bool any_deferred = false;           // TTFT triage deferred a prompt this step
   std::vector<std::uint32_t> think_victims;  // preemption scratch: think candidates
+  std::vector<VictimKey> victim_keys;        // preemption scratch: think candidates with their deadlines
   sched_detail::TtftTriage triage;           // TTFT triage scratch (ADR-0028)
   std::vector<WaitingPrompt> triage_queue;
   std::vector<std::uint32_t> triage_slots;
@@ -232,7 +238,7 @@ struct DualQueueScheduler::Impl {
   // --- preemption (ADR-0008) and admission by pausing thinking (ADR-0027) ----
   // Defined in preemption.cpp, where each states its rule.
   void sort_least_progress_first(std::vector<std::uint32_t>& slots) const;
-  void sort_most_slack_first(std::vector<std::uint32_t>& slots) const;
+  void sort_most_slack_first(std::vector<std::uint32_t>& slots);
   [[nodiscard]] bool candidate(std::uint32_t s, std::uint32_t requester) const;
   bool preempt_for(std::uint32_t requester, std::uint64_t need, bool answer_victims);
   bool choose_paused(std::uint64_t need, std::uint64_t free, std::size_t cap, bool skip_planned);
@@ -668,6 +674,19 @@ struct DualQueueScheduler::Impl {
     const std::int64_t own =
         c.first_token_ns == 0 ? clock_plus(c.arrival_ns, ttft_slo_ns) : think_mean_deadline(r, c);
     return ttfv_slo_ns == 0 ? own : std::min(own, clock_plus(c.arrival_ns, ttfv_slo_ns));
+  }
+  [[nodiscard]] VictimKey victim_key(std::uint32_t s) const {
+    return {victim_deadline(table.at(s), table.cold(s)), s};
+  }
+  // The think victim order (ADR-0036), one definition for preempt_for(),
+  // choose_paused() and engine_view(): whether `a` goes before `b`. The
+  // later deadline first; among equals the least progress lost, then the
+  // newest. A strict total order (ids are unique).
+  [[nodiscard]] bool victim_before(const VictimKey& a, const VictimKey& b) const {
+    if (a.deadline != b.deadline) return a.deadline > b.deadline;
+    const Slot& x = table.at(a.slot);
+    const Slot& y = table.at(b.slot);
+    return x.computed != y.computed ? x.computed < y.computed : table.older(b.slot, a.slot);
   }
 
   void complete(double observed_ms, std::int64_t end_ns, std::span<const RequestId> not_run) {

@@ -557,7 +557,8 @@ TEST(SchedulerTrace, ANewPromptNearItsTtftPausesTheThinkingWithTheLeastProgress)
   // 16 ms steps: the fourth plans at 48 ms, under half its TTFT SLO.
   while (rig.now_ns - arrived < 50'000'000) ASSERT_EQ(rig.step(blocks(0)), "o3 t1 t2");
   EXPECT_EQ(rig.now_ns - arrived, 64'000'000);
-  // 2 has the least progress (9 tokens) and 1 block, all that 4 needs. The
+  // 1 and 2 started together, so they have the same slack (ADR-0036); among
+  // equals 2 has the least progress (9 tokens) and 1 block, all that 4 needs. The
   // prefill fills the answer's step: no optional think decode rides along.
   EXPECT_EQ(rig.step(blocks(0)), "!2r o3 p4:8");
   EXPECT_EQ(rig.scheduler.counters().admission_preemptions, 1U);

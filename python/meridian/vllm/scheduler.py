@@ -12,8 +12,8 @@ decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017, ADR-0024):
    becomes: answer-phase requests (served first), chat prompts still
    prefilling, think-phase requests by slack, least first (so the one with
    the most slack, which a wait costs least, is the first of them to go;
-   ADR-0036), then reasoning prompts still prefilling. So while a think-phase request holds KV, vLLM never preempts an
-   answer-phase one.
+   ADR-0036), then reasoning prompts still prefilling. So while a think-phase
+   request holds KV, vLLM never preempts an answer-phase one.
 2. **Think decode throttling.** Think requests the plan leaves out this step
    (the answer SLO's step ceiling is full) sit the step out through vLLM's own
    per-request gate, ``Request.next_decode_eligible_step`` (what vLLM's
@@ -547,9 +547,9 @@ class _Adapter:
             # decoding their first planned token. The tail is where vLLM takes
             # victims, so the list follows the C++ victim order from the back:
             # reasoning prefills first, then think requests (the most slack
-            # first, ADR-0036), then chat prefills, answers last (ADR-0017). A reasoning
-            # prefill is a prompt that opened a think block; any other sits
-            # with the chat prefills, before its first token too (ADR-0024).
+            # first, ADR-0036), then chat prefills, answers last (ADR-0017). A
+            # reasoning prefill is a prompt that opened a think block; any other
+            # sits with the chat prefills, before its first token too (ADR-0024).
             known = set(ordered)
             phase, mid_of = self.phase, self.mid_of
             chat: list[Request] = []
