@@ -222,18 +222,20 @@ void bind_plan_types(nb::module_& m) {
           "__init__",
           [](StepLimits* l, std::uint32_t token_budget, std::uint32_t max_sequences,
              std::uint64_t free_kv_blocks, std::uint64_t free_think_kv_blocks,
-             std::uint32_t engine_prefill_tokens) {
-            new (l) StepLimits{token_budget, max_sequences, free_kv_blocks, free_think_kv_blocks,
-                               engine_prefill_tokens};
+             std::uint32_t engine_prefill_tokens, std::uint32_t engine_resume_tokens) {
+            new (l) StepLimits{token_budget,         max_sequences,         free_kv_blocks,
+                               free_think_kv_blocks, engine_prefill_tokens, engine_resume_tokens};
           },
           "token_budget"_a = StepLimits{}.token_budget, "max_sequences"_a = StepLimits{}.max_sequences,
           "free_kv_blocks"_a = StepLimits{}.free_kv_blocks,
-          "free_think_kv_blocks"_a = StepLimits{}.free_think_kv_blocks, "engine_prefill_tokens"_a = 0U)
+          "free_think_kv_blocks"_a = StepLimits{}.free_think_kv_blocks, "engine_prefill_tokens"_a = 0U,
+          "engine_resume_tokens"_a = 0U)
       .def_rw("token_budget", &StepLimits::token_budget)
       .def_rw("max_sequences", &StepLimits::max_sequences)
       .def_rw("free_kv_blocks", &StepLimits::free_kv_blocks)
       .def_rw("free_think_kv_blocks", &StepLimits::free_think_kv_blocks)
-      .def_rw("engine_prefill_tokens", &StepLimits::engine_prefill_tokens);
+      .def_rw("engine_prefill_tokens", &StepLimits::engine_prefill_tokens)
+      .def_rw("engine_resume_tokens", &StepLimits::engine_resume_tokens);
 
   nb::class_<ScheduledWork>(m, "ScheduledWork")
       .def_ro("request_id", &ScheduledWork::id)

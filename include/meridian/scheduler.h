@@ -43,6 +43,10 @@ struct StepLimits {
   /// of optional think decode (ADR-0025); 0 when the scheduler plans every
   /// prefill itself.
   std::uint32_t engine_prefill_tokens = 0;
+  /// Of engine_prefill_tokens, the re-prefill of the engine's preemption
+  /// victims. Held to the room the step's ceiling leaves: the prefill floor
+  /// is for prompts before their first token (ADR-0037).
+  std::uint32_t engine_resume_tokens = 0;
 };
 
 /// A request entering the scheduler (waiting for prefill).
@@ -123,7 +127,8 @@ struct StepStats {
   std::uint32_t prefill_requests = 0;
   std::uint32_t prefill_tokens = 0;
   /// Prefill tokens this step may hold (the ceiling's room, at least the
-  /// prefill floor): what an engine adapter gives its own prefill.
+  /// prefill floor, less the floor's part that only the engine's victims
+  /// would take): what an engine adapter gives its own prefill.
   std::uint32_t prefill_budget_tokens = 0;
   /// Of StepLimits::engine_prefill_tokens, what the prefill budget held.
   std::uint32_t engine_prefill_tokens = 0;

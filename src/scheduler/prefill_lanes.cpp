@@ -128,23 +128,31 @@ void DualQueueScheduler::Impl::detach_cached(Slot& r, std::uint64_t taken) {
   plan.unattached.push_back(r.id);
 }
 
-// Returns the part of the prefill budget no lane used.
+// Returns the part of the prefill budget no lane used. The floor
+// (min_prefill_tokens_per_step) is for prompts before their first token
+// (TTFT): a recompute victim had its first token, so its re-prefill takes
+// only the room the ceiling leaves (victim_room, ADR-0037), not the floor.
 std::uint32_t DualQueueScheduler::Impl::prefill(double ceiling_ms) {
   const StepCostCoefficients k = model.coefficients();
   const double per_token_ms = k.per_token_ms + k.per_kv_token_us * 1e-3;
   const double room_ms = ceiling_ms - model.predict_ms(tok, kv);
-  double fit = per_token_ms > 0 ? std::floor(std::max(room_ms, 0.0) / per_token_ms) : 1e18;
-  fit = std::max(fit, static_cast<double>(opt.min_prefill_tokens_per_step));
+  const double room = per_token_ms > 0 ? std::floor(std::max(room_ms, 0.0) / per_token_ms) : 1e18;
+  const double fit = std::max(room, static_cast<double>(opt.min_prefill_tokens_per_step));
   std::uint32_t budget = static_cast<std::uint32_t>(std::min(fit, static_cast<double>(tokens_left)));
+  victim_room = static_cast<std::uint32_t>(std::min(room, static_cast<double>(budget)));
   plan.stats.prefill_budget_tokens = budget;
-  // Recompute victims keep a share of the budget so they cannot starve;
-  // arrivals get the rest first, then whatever the victims leave.
+  // Recompute victims keep a share of the budget (within the room) so that
+  // arrivals cannot starve them; arrivals get the rest first, then whatever
+  // the victims leave.
   const bool resuming = table.depth(Queue::kResumeQueue) > 0;
   const std::uint32_t resume_share = resuming ? budget / 4 : 0;
   std::array<bool, kLaneCount> blocked{};
   triage_prompts();
   std::uint32_t left = prefill_lanes(Queue::kWaitQueue, budget - resume_share, blocked) + resume_share;
-  left = prefill_lanes(Queue::kResumeQueue, left, blocked);
+  const std::uint32_t for_victims = std::min(left, victim_room);
+  const std::uint32_t unused = prefill_lanes(Queue::kResumeQueue, for_victims, blocked);
+  victim_room -= for_victims - unused;
+  left -= for_victims - unused;
   if (left > 0) left = prefill_lanes(Queue::kWaitQueue, left, blocked);
   if (left > 0 && any_deferred) left = prefill_lanes(Queue::kWaitQueue, left, blocked, true);
   return left;
@@ -179,9 +187,19 @@ sched_detail::TtftTriageParams DualQueueScheduler::Impl::triage_params() const {
 
 // The engine's own prefills (StepLimits::engine_prefill_tokens) take what
 // the lanes left of the prefill budget: costed in this step, so optional
-// think decode fits around them.
-void DualQueueScheduler::Impl::reserve_engine_prefill(std::uint32_t wanted, std::uint32_t budget_left) {
-  const std::uint32_t tokens = std::min({wanted, budget_left, tokens_left});
+// think decode fits around them. Its victims' re-prefill
+// (StepLimits::engine_resume_tokens) takes only the room, as the resume lane
+// does; what the floor would have given them is withheld from the budget the
+// engine gets (ADR-0037).
+void DualQueueScheduler::Impl::reserve_engine_prefill(const StepLimits& limits, std::uint32_t budget_left) {
+  const std::uint32_t wanted = limits.engine_prefill_tokens;
+  const std::uint32_t resume_wanted = std::min(limits.engine_resume_tokens, wanted);
+  const std::uint32_t arrivals = std::min({wanted - resume_wanted, budget_left, tokens_left});
+  const std::uint32_t after_arrivals = std::min(budget_left - arrivals, tokens_left - arrivals);
+  const std::uint32_t resume_floor = std::min(resume_wanted, after_arrivals);
+  const std::uint32_t resume = std::min(resume_floor, victim_room);
+  plan.stats.prefill_budget_tokens -= resume_floor - resume;
+  const std::uint32_t tokens = arrivals + resume;
   if (tokens == 0) return;
   tokens_left -= tokens;
   tok += tokens;

@@ -140,6 +140,7 @@ struct DualQueueScheduler::Impl {
   bool pressure = false;               // a preemption happened and the pool has not recovered
   bool idle_engine = false;            // nothing running: admit whatever fits
   bool any_deferred = false;           // TTFT triage deferred a prompt this step
+  std::uint32_t victim_room = 0;       // prefill tokens victims may still take this step (ADR-0037)
   std::vector<std::uint32_t> think_victims;  // preemption scratch: think candidates
   std::vector<VictimKey> victim_keys;        // preemption scratch: think candidates with their deadlines
   sched_detail::TtftTriage triage;           // TTFT triage scratch (ADR-0028)
@@ -432,7 +433,7 @@ struct DualQueueScheduler::Impl {
   std::uint32_t prefill(double ceiling_ms);
   void triage_prompts();
   [[nodiscard]] sched_detail::TtftTriageParams triage_params() const;
-  void reserve_engine_prefill(std::uint32_t wanted, std::uint32_t budget_left);
+  void reserve_engine_prefill(const StepLimits& limits, std::uint32_t budget_left);
   // Progress when nothing runs and no prefill could move (preemption.cpp).
   void release_partial_prefills();
 
@@ -611,7 +612,7 @@ struct DualQueueScheduler::Impl {
     const double due_room = due_room_ms(now_ns);
     const std::uint32_t prefill_left = prefill(std::min(prefill_ceiling_ms, due_room));
     free_blocks += think_growth;
-    reserve_engine_prefill(limits.engine_prefill_tokens, prefill_left);
+    reserve_engine_prefill(limits, prefill_left);
     // Without answers the ceiling is only the step the think guarantee plans
     // with: every running request plus the prefill floor also fits in it.
     decode_optional_think(
