@@ -44,8 +44,9 @@ struct StepLimits {
   /// prefill itself.
   std::uint32_t engine_prefill_tokens = 0;
   /// Of engine_prefill_tokens, the re-prefill of the engine's preemption
-  /// victims. Held to the room the step's ceiling leaves: the prefill floor
-  /// is for prompts before their first token (ADR-0037).
+  /// victims that had their first token. Held to the room the step's ceiling
+  /// leaves: the prefill floor is for prompts before their first token
+  /// (ADR-0037).
   std::uint32_t engine_resume_tokens = 0;
 };
 

@@ -57,7 +57,10 @@ std::uint32_t DualQueueScheduler::Impl::prefill_lanes(std::uint8_t q, std::uint3
       continue;
     }
     std::uint32_t remaining = c.target - r.computed;
-    std::uint32_t want = std::min(remaining, budget);
+    // A victim that had its first token takes only the room (ADR-0037).
+    const bool had_token = q == Queue::kResumeQueue && r.generated > 0;
+    const std::uint32_t may_take = had_token ? std::min(budget, victim_room) : budget;
+    std::uint32_t want = std::min(remaining, may_take);
     std::uint32_t chunk = fit_chunk(r, want);
     if (chunk > 0 && admission_held(r, chunk)) chunk = 0;
     // A new prompt about to miss its TTFT may take the KV its chunk needs
@@ -71,7 +74,7 @@ std::uint32_t DualQueueScheduler::Impl::prefill_lanes(std::uint8_t q, std::uint3
     if (chunk > 0 && !c.admitted && r.computed == 0 && prefix_lookup) {
       const std::uint64_t taken = attach_cached(r);
       remaining = c.target - r.computed;
-      want = std::min(remaining, budget);
+      want = std::min(remaining, may_take);
       chunk = fit_chunk(r, want);
       // Its prefix fits, the rest does not: undo the lookup, so that a waiting request
       // holds no KV (a waiting holder is never a victim: the pool would deadlock).
@@ -88,6 +91,7 @@ std::uint32_t DualQueueScheduler::Impl::prefill_lanes(std::uint8_t q, std::uint3
     emit(s, WorkKind::kPrefill, chunk, new_blocks(r.computed, chunk), new_think_blocks(r, r.computed, chunk),
          false, chunk == remaining);
     c.admitted = true;
+    if (had_token) victim_room -= chunk;
     ++plan.stats.prefill_requests;
     plan.stats.prefill_tokens += chunk;
     budget -= chunk;
@@ -130,8 +134,8 @@ void DualQueueScheduler::Impl::detach_cached(Slot& r, std::uint64_t taken) {
 
 // Returns the part of the prefill budget no lane used. The floor
 // (min_prefill_tokens_per_step) is for prompts before their first token
-// (TTFT): a recompute victim had its first token, so its re-prefill takes
-// only the room the ceiling leaves (victim_room, ADR-0037), not the floor.
+// (TTFT): a recompute victim that had its first token takes only the room
+// the ceiling leaves (victim_room, ADR-0037), not the floor.
 std::uint32_t DualQueueScheduler::Impl::prefill(double ceiling_ms) {
   const StepCostCoefficients k = model.coefficients();
   const double per_token_ms = k.per_token_ms + k.per_kv_token_us * 1e-3;
@@ -149,10 +153,7 @@ std::uint32_t DualQueueScheduler::Impl::prefill(double ceiling_ms) {
   std::array<bool, kLaneCount> blocked{};
   triage_prompts();
   std::uint32_t left = prefill_lanes(Queue::kWaitQueue, budget - resume_share, blocked) + resume_share;
-  const std::uint32_t for_victims = std::min(left, victim_room);
-  const std::uint32_t unused = prefill_lanes(Queue::kResumeQueue, for_victims, blocked);
-  victim_room -= for_victims - unused;
-  left -= for_victims - unused;
+  left = prefill_lanes(Queue::kResumeQueue, left, blocked);
   if (left > 0) left = prefill_lanes(Queue::kWaitQueue, left, blocked);
   if (left > 0 && any_deferred) left = prefill_lanes(Queue::kWaitQueue, left, blocked, true);
   return left;

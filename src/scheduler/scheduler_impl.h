@@ -140,7 +140,7 @@ struct DualQueueScheduler::Impl {
   bool pressure = false;               // a preemption happened and the pool has not recovered
   bool idle_engine = false;            // nothing running: admit whatever fits
   bool any_deferred = false;           // TTFT triage deferred a prompt this step
-  std::uint32_t victim_room = 0;       // prefill tokens victims may still take this step (ADR-0037)
+  std::uint32_t victim_room = 0;       // prefill tokens victims with a token may still take (ADR-0037)
   std::vector<std::uint32_t> think_victims;  // preemption scratch: think candidates
   std::vector<VictimKey> victim_keys;        // preemption scratch: think candidates with their deadlines
   sched_detail::TtftTriage triage;           // TTFT triage scratch (ADR-0028)
