@@ -128,8 +128,9 @@ struct StepStats {
   std::uint32_t prefill_requests = 0;
   std::uint32_t prefill_tokens = 0;
   /// Prefill tokens this step may hold (the ceiling's room, at least the
-  /// prefill floor, less the floor's part that only the engine's victims
-  /// would take): what an engine adapter gives its own prefill.
+  /// prefill floor; when the engine's prefill is only victims that had a
+  /// token, no more than the room: ADR-0037): what an engine adapter gives
+  /// its own prefill.
   std::uint32_t prefill_budget_tokens = 0;
   /// Of StepLimits::engine_prefill_tokens, what the prefill budget held.
   std::uint32_t engine_prefill_tokens = 0;

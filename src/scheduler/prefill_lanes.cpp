@@ -188,18 +188,20 @@ sched_detail::TtftTriageParams DualQueueScheduler::Impl::triage_params() const {
 
 // The engine's own prefills (StepLimits::engine_prefill_tokens) take what
 // the lanes left of the prefill budget: costed in this step, so optional
-// think decode fits around them. Its victims' re-prefill
-// (StepLimits::engine_resume_tokens) takes only the room, as the resume lane
-// does; what the floor would have given them is withheld from the budget the
-// engine gets (ADR-0037).
+// think decode fits around them. Its victims that had a first token
+// (StepLimits::engine_resume_tokens) take only the room, as the resume lane
+// does (ADR-0037). The engine (vLLM) serves its victims before new prompts,
+// so the budget it gets can hold them to the room only when no new prompt of
+// its own shares the step: then it gets nothing past their room.
 void DualQueueScheduler::Impl::reserve_engine_prefill(const StepLimits& limits, std::uint32_t budget_left) {
   const std::uint32_t wanted = limits.engine_prefill_tokens;
   const std::uint32_t resume_wanted = std::min(limits.engine_resume_tokens, wanted);
   const std::uint32_t arrivals = std::min({wanted - resume_wanted, budget_left, tokens_left});
   const std::uint32_t after_arrivals = std::min(budget_left - arrivals, tokens_left - arrivals);
-  const std::uint32_t resume_floor = std::min(resume_wanted, after_arrivals);
-  const std::uint32_t resume = std::min(resume_floor, victim_room);
-  plan.stats.prefill_budget_tokens -= resume_floor - resume;
+  const std::uint32_t resume = std::min({resume_wanted, after_arrivals, victim_room});
+  if (wanted == resume_wanted && resume < resume_wanted) {
+    plan.stats.prefill_budget_tokens -= budget_left - resume;
+  }
   const std::uint32_t tokens = arrivals + resume;
   if (tokens == 0) return;
   tokens_left -= tokens;

@@ -704,5 +704,57 @@ TEST(SchedulerTrace, TheLatestVictimResumesFirst) {
   EXPECT_EQ(resumed, "412");
 }
 
+// ADR-0037: the prefill floor is for prompts before their first token. 2 is
+// paused for 4 (it had tokens); then three steps of 60 ms put answer 3 behind
+// its mean, so its ceiling (9 ms) holds nothing past its own decode.
+void victim_2_while_answer_3_is_behind(SchedulerRig& rig) {
+  pause_2_for_prompt_4(rig);
+  ASSERT_EQ(rig.step(blocks(0), 60.0), "o3 t1 t4");
+  ASSERT_EQ(rig.step(blocks(0), 60.0), "o3");  // 3 is behind: its ceiling holds only itself
+  ASSERT_EQ(rig.step(blocks(0), 60.0), "o3");
+}
+
+// With KV free again, 2 gets no floor and waits, while prompt 5 (no token
+// yet) still gets it; once 3 has caught up, 2 re-prefills its prompt and what
+// it had generated in chunks that fit the room. Before ADR-0037 2 took the
+// floor at once: "o3 p2:10".
+TEST(SchedulerTrace, AVictimThatHadTokensTakesOnlyTheRoomNotThePrefillFloor) {
+  SchedulerRig rig(pool_options(), kCost);
+  victim_2_while_answer_3_is_behind(rig);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rig.step(blocks(40)), "o3");  // KV is free, the floor (64 tokens) too: 2 waits
+    EXPECT_DOUBLE_EQ(rig.last.stats.step_ceiling_ms, 9.0);
+  }
+  rig.add(5, 8, false);
+  EXPECT_EQ(rig.step(blocks(40)), "o3 p5:8");  // a prompt before its first token: the floor
+  std::vector<std::string> chunks;
+  for (int i = 0; i < 40; ++i) {
+    std::istringstream items(rig.step(blocks(40)));
+    for (std::string item; items >> item;) {
+      if (item.starts_with("p2:")) chunks.push_back(item);
+    }
+  }
+  EXPECT_EQ(chunks, (std::vector<std::string>{"p2:2", "p2:3", "p2:3", "p2:2"}));
+}
+
+// The same for an engine's own victims (StepLimits::engine_resume_tokens, the
+// vLLM adapter's): the floor their re-prefill would take is withheld from the
+// prefill budget the engine gets; the same tokens of a prompt before its
+// first token get it.
+TEST(SchedulerTrace, AnEnginesVictimGetsNoPrefillFloorEither) {
+  SchedulerRig rig(pool_options(), kCost);
+  victim_2_while_answer_3_is_behind(rig);
+  StepLimits engine = blocks(0);
+  engine.engine_prefill_tokens = 10;
+  engine.engine_resume_tokens = 10;
+  EXPECT_EQ(rig.step(engine), "o3");
+  EXPECT_EQ(rig.last.stats.prefill_budget_tokens, 0U);
+  EXPECT_EQ(rig.last.stats.engine_prefill_tokens, 0U);
+  engine.engine_resume_tokens = 0;
+  EXPECT_EQ(rig.step(engine), "o3");
+  EXPECT_EQ(rig.last.stats.prefill_budget_tokens, 64U);
+  EXPECT_EQ(rig.last.stats.engine_prefill_tokens, 10U);
+}
+
 }  // namespace
 }  // namespace meridian

@@ -549,3 +549,48 @@ def test_a_request_vllm_skips_this_step_holds_no_think_decode(tmp_path, monkeypa
     out, _ = stepper.step()
     assert m.core.last_stats.engine_prefill_tokens == 64 and out.num_scheduled_tokens.get("after") == 64
     assert m.stats["fallbacks"] == 0
+
+
+def test_a_victims_re_prefill_takes_only_the_room_the_answers_leave(tmp_path, monkeypatch):
+    """ADR-0037 inside vLLM: the prefill floor is for prompts before their
+    first token. With 60 answers streaming, the slow model's steps (3 + 1.5 x
+    60 ms) pass even the prefill's borrowed ceiling (0.9 x 5 x 20 ms), so a
+    think victim that had tokens gets no floor: vLLM's step budget is the
+    decodes alone and the victim waits in vLLM's queue. Once half the answers
+    finish and leave room, it re-prefills and every output is exact. Before
+    ADR-0037 the floor (16 tokens here) went to it every step, on top of a
+    ceiling the answers already filled."""
+    slow_model_config(tmp_path, monkeypatch)
+    sched = build(Scheduler)
+    m = sched.meridian
+    tokens = {"t": [THINK] + [WORD] * 120 + [END_THINK, WORD, EOS]}
+    sched.add_request(request("t", prompt(16, 1)))
+    for i in range(60):  # answers: half finish after 30 tokens, the rest after 150
+        tokens[f"a{i}"] = [WORD + 1] * (30 if i < 30 else 150) + [EOS]
+        sched.add_request(request(f"a{i}", prompt(16, 10 + i)))
+    stepper = TwoInFlight(sched, script(tokens))
+    delivered: dict[str, list[int]] = {}
+    for _ in range(6):
+        collect(stepper.step()[1], delivered)
+    victim = sched.requests["t"]
+    assert victim.num_output_tokens > 0 and victim.status == RequestStatus.RUNNING
+    # Preempted as the adapter's admission pause preempts (vLLM's own call; it
+    # puts the victim at the front of the waiting queue).
+    sched.running.remove(victim)
+    sched._preempt_request(victim, time.monotonic(), drop_stale_output=True)
+    withheld_steps = 0
+    while len(sched.running) > 31:
+        out, outputs = stepper.step()
+        collect(outputs, delivered)
+        withheld_steps += 1
+        assert m.limits.engine_resume_tokens > 0  # counted as a victim's re-prefill
+        assert m.core.last_stats.prefill_budget_tokens == 0
+        assert "t" not in out.num_scheduled_tokens, "the victim took a floor the answers' ceiling has no room for"
+    assert withheld_steps >= 20
+    for _ in range(400):
+        if not sched.requests:
+            break
+        collect(stepper.step()[1], delivered)
+    stepper.drain()
+    assert delivered == tokens, "the victim resumed once answers left room, and every output is exact"
+    assert m.stats["fallbacks"] == 0

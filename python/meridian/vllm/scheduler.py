@@ -31,6 +31,9 @@ decision of Meridian's C++ ``DualQueueScheduler`` (ADR-0017, ADR-0024):
    output TPOT ceiling, at least ``min_prefill_tokens_per_step``), so a long
    prompt is chunked instead of stalling every stream; in such a step one
    chunk is capped at the plan's prefill budget (``long_prefill_token_threshold``).
+   The floor is for prompts before their first token: when vLLM's prefill
+   this step is only victims re-prefilling what they had generated, the
+   budget holds only the room the ceiling leaves (ADR-0037).
 4. **Admission.** A chat prompt that arrives starts ahead of waiting reasoning
    prompts (vLLM's FCFS queue re-ordered); the core's watermarks hold back
    preempted requests while the running think requests' growth does not fit,
@@ -525,7 +528,8 @@ class _Adapter:
         # (The waiting queue was re-ordered, chat first, by pause_for_admission.)
         # The watermarks first: the prefill estimate counts only the prompts they let in.
         self.admit = self.admission_limit(sched)
-        self.limits.engine_prefill_tokens = self._engine_prefill_tokens(sched, self.admit)
+        self.limits.engine_prefill_tokens, self.limits.engine_resume_tokens = \
+            self._engine_prefill_tokens(sched, self.admit)
         unplanned, order, prefill_budget, answers_active, _ = self.core.plan_for_engine(
             self.limits, self.step_start_estimate(now))
         self.last_prefill_budget = prefill_budget
@@ -579,9 +583,12 @@ class _Adapter:
         self.running_dirty = False
         return self._hold(sched, hold), self._budget(sched, answers_active, decodes, prefill_budget), prefill_budget
 
-    def _engine_prefill_tokens(self, sched: Scheduler, admit: int | None) -> int:
+    def _engine_prefill_tokens(self, sched: Scheduler, admit: int | None) -> tuple[int, int]:
         """Prompt tokens vLLM will prefill this step that the core does not
-        plan itself (it knows a request from its first token on): what is left
+        plan itself (it knows a request from its first token on), and of them
+        the re-prefill of victims that had their first token (the core holds
+        those to the room the ceiling leaves, not the prefill floor:
+        ADR-0037): what is left
         of the prompts being prefilled, then the waiting prompts vLLM will
         admit, up to the step's token budget and to what the free KV blocks
         hold. (Not only what they hold beyond the running think requests'
@@ -603,12 +610,12 @@ class _Adapter:
         that would hit is counted as needing all its blocks, which can only
         leave think decodes planned that vLLM then runs beside it."""
         if not self.pending and not sched.waiting:
-            return 0
+            return 0, 0
         free = sched.kv_cache_manager.block_pool.get_num_free_blocks()
         cap = min(sched.max_num_scheduled_tokens, free * sched.block_size)
         if cap == 0:
-            return 0
-        total = 0
+            return 0, 0
+        total = resume = 0
         if self.pending:
             reqs, mid_of = self.requests, self.mid_of
             for rid in self.pending:
@@ -617,11 +624,14 @@ class _Adapter:
                 mid = mid_of.get(rid)
                 r = reqs.get(mid) if mid is not None else None
                 if r is not None and r.status == _RUNNING:
-                    total += _prefill_chunk(sched, r, cap)
+                    chunk = min(_prefill_chunk(sched, r, cap), cap - total)
+                    total += chunk
+                    if r.num_output_tokens:  # a victim re-prefilling what it had
+                        resume += chunk
                     if total >= cap:
-                        return cap
+                        return total, resume
         if admit == 0:
-            return total
+            return total, resume
         watermark = getattr(sched.kv_cache_manager, "watermark_blocks", 0) if sched.running else 0
         slots = (getattr(sched, "max_num_active_reqs", sched.max_num_running_reqs) - len(sched.running)
                  - getattr(sched, "num_waiting_for_streaming_input", 0))
@@ -638,10 +648,12 @@ class _Adapter:
                 break  # vLLM's queue stops at a request it cannot allocate
             free -= chunk_blocks
             total += chunk
+            if r.num_output_tokens:
+                resume += chunk
             admitted += 1
             if total >= cap or admitted == admit:
                 break
-        return total
+        return total, resume
 
     def _hold(self, sched: Scheduler, hold: list[Request]) -> int:
         """Gates this step's think decodes out (last, once nothing else can
