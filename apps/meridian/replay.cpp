@@ -57,6 +57,8 @@ struct ReplayCliOptions {
   bool goodput = false;
   bool pareto = false;
   bool slo_grid = false;
+  std::string ruler = "sustainable";
+  bool window_check = false;
   std::optional<double> arrival_rate;
   std::optional<double> duration_s;
   std::optional<double> reasoning_ratio;
@@ -138,6 +140,9 @@ std::string describe_command(const ReplayCliOptions& o) {
   for (const std::string& f : o.config_files) c += fmt::format(" --config {}", f);
   if (o.model != "qwen3") c += fmt::format(" --model {}", o.model);
   if (o.goodput) c += " --goodput";
+  if (o.slo_grid) c += " --slo-grid";
+  if (o.ruler != "sustainable") c += fmt::format(" --ruler {}", o.ruler);
+  if (o.window_check) c += " --window-check";
   if (o.pareto) c += " --pareto";
   if (o.disagg_fabric) c += fmt::format(" --disagg-fabric {}", *o.disagg_fabric);
   if (o.disagg_bandwidth_gbps) c += fmt::format(" --disagg-bandwidth-gbps {}", *o.disagg_bandwidth_gbps);
@@ -201,7 +206,8 @@ std::vector<PolicyKind> parse_policies(const std::string& text, bool goodput, bo
     if (!p) {
       throw UsageError(
           fmt::format("--policies: unknown policy \"{}\" (known: vllm-fcfs, vllm-fcfs-tuned, vllm-priority, "
-                      "vllm-best, static-budget, pascal, meridian-no-forcing, meridian, all)",
+                      "vllm-best, static-budget, pascal, meridian-no-forcing, meridian, adversary-hold, "
+                      "adversary-abort, all)",
                       name));
     }
     out.push_back(*p);
@@ -232,8 +238,9 @@ void check_out_dir(const fs::path& out_dir, const std::vector<PolicyKind>& polic
   std::error_code ec;
   fs::remove(probe, ec);
   std::vector<fs::path> reports;
-  for (const char* name : {"ab-report.json", "ab-report.md", "goodput.json", "goodput.md", "pareto.json",
-                           "pareto.md", "load-sweep.json", "replay-params.toml", "workload.jsonl"}) {
+  for (const char* name :
+       {"ab-report.json", "ab-report.md", "goodput.json", "goodput.md", "pareto.json", "pareto.md",
+        "load-sweep.json", "replay-params.toml", "workload.jsonl", "slo-grid.json", "slo-grid.md"}) {
     reports.push_back(out_dir / name);
   }
   for (const PolicyKind p : policies) reports.push_back(out_dir / sim::to_string(p) / "report.json");
@@ -423,6 +430,11 @@ int run_replay_command(const ReplayCliOptions& o) {
   if (!o.trace.empty() && o.goodput) {
     throw UsageError("--goodput varies the synthetic arrival rate; it cannot be used with --trace");
   }
+  if (o.window_check && !o.goodput) {
+    throw UsageError("--window-check repeats the goodput search over twice the window: it needs --goodput");
+  }
+  sim::GoodputOptions search;
+  search.ruler = *sim::parse_ruler(o.ruler);  // CLI11 checked the name
   const bool vllm_best = std::find(policies.begin(), policies.end(), PolicyKind::kVllmBest) != policies.end();
   if (vllm_best && !o.trace.empty()) {
     throw UsageError(
@@ -444,7 +456,7 @@ int run_replay_command(const ReplayCliOptions& o) {
   check_out_dir(out_dir, policies);
   if (vllm_best && !o.goodput && !o.slo_grid) {  // its setting first: the goodput search over the settings
     bar.start(fmt::format("vllm-best: goodput of {} vLLM settings", sim::vllm_best_settings().size()));
-    const sim::GoodputResult g = sim::find_goodput({PolicyKind::kVllmBest}, study);
+    const sim::GoodputResult g = sim::find_goodput({PolicyKind::kVllmBest}, study, search);
     bar.finish();
     study.vllm_best = g.vllm_best->best();
     fmt::print("vllm-best: {} ({:.3g} conv/s)\n", study.vllm_best->label(),
@@ -481,10 +493,13 @@ int run_replay_command(const ReplayCliOptions& o) {
 
   if (o.slo_grid) {
     const std::vector<sim::SloSet> sets = sim::slo_grid_sets(params.slo);
-    const sim::SloGridResult grid = sim::run_slo_grid(policies, study, sets, [&](std::size_t i) {
-      bar.finish();
-      bar.start(fmt::format("SLO grid {}/{}: {}", i + 1, sets.size(), sets[i].label));
-    });
+    const sim::SloGridResult grid = sim::run_slo_grid(
+        policies, study, sets,
+        [&](std::size_t i) {
+          bar.finish();
+          bar.start(fmt::format("SLO grid {}/{}: {}", i + 1, sets.size(), sets[i].label));
+        },
+        search);
     bar.finish();
     write_file(out_dir / "slo-grid.json", sim::slo_grid_json(grid, ctx));
     const std::string md = sim::slo_grid_markdown(grid, ctx);
@@ -496,11 +511,21 @@ int run_replay_command(const ReplayCliOptions& o) {
 
   if (o.goodput) {
     bar.start("goodput search");
-    const sim::GoodputResult g = sim::find_goodput(policies, study);
+    const sim::GoodputResult g = sim::find_goodput(policies, study, search);
     bar.finish();
     if (g.vllm_best) study.vllm_best = g.vllm_best->best();
-    write_file(out_dir / "goodput.json", sim::goodput_json(g, ctx));
-    const std::string md = sim::goodput_markdown(g);
+    std::optional<sim::GoodputResult> doubled;
+    if (o.window_check) {
+      sim::StudyOptions twice = study;
+      twice.params.workload.duration_s *= 2;
+      validate_params(o, twice.params);
+      bar.start(fmt::format("window check: goodput over {:g} s", twice.params.workload.duration_s));
+      doubled = sim::find_goodput(policies, twice, search);
+      bar.finish();
+    }
+    const sim::GoodputResult* check = doubled ? &*doubled : nullptr;
+    write_file(out_dir / "goodput.json", sim::goodput_json(g, ctx, check));
+    const std::string md = sim::goodput_markdown(g, check);
     write_file(out_dir / "goodput.md", md);
     fmt::print("{}\n", md);
   }
@@ -576,7 +601,8 @@ std::function<int()> add_replay(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("replay", "A/B replay simulator: Meridian against vLLM's policies");
   sub->add_option("--policies", o->policies,
                   "comma-separated: vllm-fcfs, vllm-fcfs-tuned, vllm-priority, vllm-best, static-budget, "
-                  "pascal, meridian-no-forcing, meridian; or all (vllm-best with --goodput or --slo-grid, "
+                  "pascal, meridian-no-forcing, meridian, adversary-hold, adversary-abort (the ruler's "
+                  "tests); or all (vllm-best with --goodput or --slo-grid, "
                   "which pick its "
                   "setting)")
       ->capture_default_str();
@@ -593,6 +619,16 @@ std::function<int()> add_replay(CLI::App& app) {
   sub->add_flag(
       "--goodput", o->goodput,
       "also find each policy's goodput (highest rate with [slo] attainment met); writes goodput.json");
+  sub->add_option(
+         "--ruler", o->ruler,
+         "what a goodput rate must meet: sustainable (every request completes, each class meets the "
+         "target, late arrivals too, no backlog growth; docs/replay.md#the-ruler) or pooled-window (the "
+         "retired finite-window, pooled-attainment ruler, for comparison)")
+      ->check(CLI::IsMember({"sustainable", "pooled-window"}))
+      ->capture_default_str();
+  sub->add_flag("--window-check", o->window_check,
+                "with --goodput: also search over twice the window and report whether each policy's goodput "
+                "agrees within 5% (goodput.json window_check)");
   sub->add_flag("--slo-grid", o->slo_grid,
                 "find each policy's goodput under every SLO set of the grid (docs/replay.md#the-slo-grid; "
                 "policies all: vllm-fcfs, vllm-best, pascal, meridian-no-forcing, meridian); writes "

@@ -24,12 +24,14 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "meridian/capacity_bound.h"
 #include "meridian/error.h"
 #include "meridian/replay.h"
 #include "meridian/replay_study.h"
 #include "meridian/replay_timeline.h"
 #include "meridian/sim_cost_model.h"
 #include "meridian/sim_workload.h"
+#include "meridian/sustainable_ruler.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -45,6 +47,43 @@ PolicyKind policy_named(std::string_view name) {
   const auto policy = sim::parse_policy(name);
   if (!policy) throw InvalidArgument(fmt::format("unknown simulator policy \"{}\"", name));
   return *policy;
+}
+
+sim::Ruler ruler_named(std::string_view name) {
+  const auto ruler = sim::parse_ruler(name);
+  if (!ruler) {
+    throw InvalidArgument(fmt::format("unknown ruler \"{}\" (known: sustainable, pooled-window)", name));
+  }
+  return *ruler;
+}
+
+sim::Workload workload_of(const std::vector<sim::RequestSpec>& requests) {
+  sim::Workload w;
+  w.requests = requests;
+  return w;
+}
+
+// A RunVerdict as a dict: what the engine replay's reports need of it.
+nb::dict verdict_dict(const sim::RunVerdict& v) {
+  nb::dict d;
+  d["ruler"] = std::string(sim::to_string(v.ruler));
+  d["meets"] = v.meets;
+  d["sustainable"] = v.sustainable();
+  d["reason"] = std::string(sim::to_string(v.reason));
+  d["explain"] = v.explain();
+  d["attainment_pct"] = v.attainment_pct;
+  d["chat_pct"] = v.chat.pct();
+  d["reasoning_pct"] = v.reasoning.pct();
+  d["late_chat_pct"] = v.chat.late_pct();
+  d["late_reasoning_pct"] = v.reasoning.late_pct();
+  d["incomplete"] = v.incomplete;
+  d["backlog_mid"] = v.backlog.mid;
+  d["backlog_end"] = v.backlog.end;
+  d["backlog_allowed_end"] = v.backlog.allowed_end;
+  d["backlog_work_mid"] = v.backlog.work_mid;
+  d["backlog_work_end"] = v.backlog.work_end;
+  d["backlog_work_allowed_end"] = v.backlog.work_allowed_end;
+  return d;
 }
 
 }  // namespace
@@ -160,6 +199,9 @@ void bind_sim(nb::module_& parent) {
       .def_rw("arrived", &sim::RequestTimeline::arrived)
       .def_rw("completed", &sim::RequestTimeline::completed)
       .def_rw("arrival_s", &sim::RequestTimeline::arrival_s)
+      .def_rw("conversation_arrival_s", &sim::RequestTimeline::conversation_arrival_s)
+      .def_rw("conversation_id", &sim::RequestTimeline::conversation_id)
+      .def_rw("natural_answer_tokens", &sim::RequestTimeline::natural_answer_tokens)
       .def_rw("first_token_s", &sim::RequestTimeline::first_token_s)
       .def_rw("first_visible_s", &sim::RequestTimeline::first_visible_s)
       .def_rw("think_end_s", &sim::RequestTimeline::think_end_s)
@@ -194,13 +236,73 @@ void bind_sim(nb::module_& parent) {
   m.def(
       "summarize_timelines",
       [](const std::vector<sim::RequestTimeline>& requests, std::vector<float> output_itl_ms,
-         std::vector<float> think_itl_ms, const sim::RunTotals& totals, const sim::SloParams& slo) {
-        const sim::ReplayResult r = sim::summarize_timelines(requests, std::move(output_itl_ms),
-                                                             std::move(think_itl_ms), totals, slo);
-        return r.metrics;
+         std::vector<float> think_itl_ms, const sim::RunTotals& totals, const sim::SloParams& slo,
+         std::string_view ruler) {
+        const sim::ReplayResult r = sim::summarize_timelines(
+            requests, std::move(output_itl_ms), std::move(think_itl_ms), totals, slo, ruler_named(ruler));
+        return std::make_pair(r.metrics, verdict_dict(r.verdict));
       },
-      "requests"_a, "output_itl_ms"_a, "think_itl_ms"_a, "totals"_a, "slo"_a,
-      "The replay's metrics (names and order of metric_catalog()) from request timelines");
+      "requests"_a, "output_itl_ms"_a, "think_itl_ms"_a, "totals"_a, "slo"_a, "ruler"_a = "sustainable",
+      "The replay's metrics (names and order of metric_catalog()) from request timelines, and the run's "
+      "verdict under `ruler` (a dict: meets, reason, per-class attainment, backlog)");
+  m.def(
+      "judge_run",
+      [](const std::vector<sim::RequestTimeline>& requests, double window_end_s, const sim::SloParams& slo,
+         std::string_view ruler) {
+        return verdict_dict(sim::judge_run(requests, window_end_s, slo, ruler_named(ruler)));
+      },
+      "requests"_a, "window_end_s"_a, "slo"_a, "ruler"_a = "sustainable",
+      "One run judged by the ruler (sustainable_ruler.h), from its request timelines");
+  m.def("allowed_misses", &sim::allowed_misses, "requests"_a, "target_pct"_a,
+        "The most SLO misses `requests` may have and still meet the attainment target");
+  nb::class_<sim::VerdictWatch>(m, "VerdictWatch",
+                                "A run's verdict decided while it runs (stop a goodput-search run early)")
+      .def(
+          "__init__",
+          [](sim::VerdictWatch* self, const std::vector<sim::RequestSpec>& requests,
+             const sim::SloParams& slo, std::string_view ruler) {
+            new (self) sim::VerdictWatch(workload_of(requests), slo, ruler_named(ruler));
+          },
+          "requests"_a, "slo"_a, "ruler"_a = "sustainable")
+      .def("missed", &sim::VerdictWatch::missed, "request_id"_a,
+           "the request missed its SLO (report it once)")
+      .def("dropped", &sim::VerdictWatch::dropped, "a request was turned away or aborted")
+      .def(
+          "decided",
+          [](const sim::VerdictWatch& w) -> std::optional<std::string> {
+            if (const auto r = w.decided()) return std::string(sim::to_string(*r));
+            return std::nullopt;
+          },
+          "the rule already broken (a VerdictReason's text), or None")
+      .def("backlog_grew", &sim::VerdictWatch::backlog_grew, "requests"_a, "window_end_s"_a,
+           "the backlog rule, final once the first turns stopped arriving")
+      .def("conversation_start", &sim::VerdictWatch::conversation_start, "request_id"_a)
+      .def("conversation_id", &sim::VerdictWatch::conversation_id, "request_id"_a);
+
+  nb::class_<sim::ConversationWork>(m, "ConversationWork")
+      .def_ro("conversations", &sim::ConversationWork::conversations)
+      .def_ro("prefill_tokens", &sim::ConversationWork::prefill_tokens)
+      .def_ro("decode_tokens", &sim::ConversationWork::decode_tokens)
+      .def_ro("kv_tokens_read", &sim::ConversationWork::kv_tokens_read)
+      .def_ro("attended_pairs", &sim::ConversationWork::attended_pairs)
+      .def_ro("kv_token_steps", &sim::ConversationWork::kv_token_steps);
+  m.def(
+      "conversation_work",
+      [](const std::vector<sim::RequestSpec>& requests, const std::vector<std::uint32_t>& think_tokens) {
+        return sim::conversation_work(workload_of(requests), think_tokens);
+      },
+      "requests"_a, "think_tokens"_a = std::vector<std::uint32_t>{},
+      "The work per conversation a perfect schedule does (think_tokens: what each request emitted; empty: "
+      "natural lengths)");
+  nb::class_<sim::CapacityBound>(m, "CapacityBound")
+      .def_ro("rate", &sim::CapacityBound::rate)
+      .def_ro("step_ms", &sim::CapacityBound::step_ms)
+      .def_ro("max_step_ms", &sim::CapacityBound::max_step_ms)
+      .def_ro("gpu_busy_share", &sim::CapacityBound::gpu_busy_share)
+      .def_ro("kv_used_share", &sim::CapacityBound::kv_used_share)
+      .def_prop_ro("binding", [](const sim::CapacityBound& b) { return std::string(b.binding); });
+  m.def("capacity_bound", &sim::capacity_bound, "cost_model"_a, "slo"_a, "work"_a,
+        "The physical upper bound on goodput for `work` (capacity_bound.h)");
   m.def(
       "metric_catalog",
       [] {
@@ -233,55 +335,56 @@ void bind_sim(nb::module_& parent) {
       "values"_a, "(mean, 95% low, 95% high) of per-seed values (Student t)");
 
   // search_goodput and seeded_search on a Python attainment(rate, for_plot) -> (all %, chat %,
-  // reasoning %, stopped early); both return (goodput, at_least, [(rate, attainment %, stopped, scan)]).
-  using Attainment = std::function<std::tuple<double, double, double, bool>(double, bool)>;
-  using Search = double (*)(const std::function<sim::AttainmentPoint(double, bool)>&, double, double,
+  // reasoning %, stopped early, meets the ruler); both return (goodput, at_least, [(rate,
+  // attainment %, stopped, scan, meets)]).
+  using Attainment = std::function<std::tuple<double, double, double, bool, bool>(double, bool)>;
+  using Search = double (*)(const std::function<sim::AttainmentPoint(double, bool)>&, double,
                             const sim::GoodputOptions&, std::vector<sim::AttainmentPoint>&, bool*);
   const auto search_with = [](Search search_fn, const Attainment& attainment, double base_rate,
-                              double target_pct, sim::GoodputOptions options) {
+                              sim::GoodputOptions options) {
     std::vector<sim::AttainmentPoint> points;
     bool at_least = false;
     const double rate = search_fn(
         [&](double r, bool for_plot) {
-          const auto [all, chat, reasoning, stopped] = attainment(r, for_plot);
+          const auto [all, chat, reasoning, stopped, meets] = attainment(r, for_plot);
           sim::AttainmentPoint p;
           p.rate = r;
           p.attainment_pct = all;
           p.chat_pct = chat;
           p.reasoning_pct = reasoning;
           p.stopped_early = stopped;
+          p.meets = meets;
           return p;
         },
-        base_rate, target_pct, options, points, &at_least);
-    std::vector<std::tuple<double, double, bool, bool>> out;
+        base_rate, options, points, &at_least);
+    std::vector<std::tuple<double, double, bool, bool, bool>> out;
     out.reserve(points.size());
-    for (const auto& p : points) out.emplace_back(p.rate, p.attainment_pct, p.stopped_early, p.scan);
+    for (const auto& p : points) out.emplace_back(p.rate, p.attainment_pct, p.stopped_early, p.scan, p.meets);
     return std::make_tuple(rate, at_least, out);
   };
   m.def(
       "search_goodput",
-      [search_with](const Attainment& attainment, double base_rate, double target_pct,
-                    std::vector<double> grid, double rel_tolerance, double plot_floor_pct) {
+      [search_with](const Attainment& attainment, double base_rate, std::vector<double> grid,
+                    double rel_tolerance, double plot_floor_pct) {
         sim::GoodputOptions search;
         search.grid = std::move(grid);
         search.rel_tolerance = rel_tolerance;
         search.plot_floor_pct = plot_floor_pct;
-        return search_with(&sim::search_goodput, attainment, base_rate, target_pct, search);
+        return search_with(&sim::search_goodput, attainment, base_rate, search);
       },
-      "attainment"_a, "base_rate"_a, "target_pct"_a, "grid"_a, "rel_tolerance"_a = 0.02,
-      "plot_floor_pct"_a = 50,
+      "attainment"_a, "base_rate"_a, "grid"_a, "rel_tolerance"_a = 0.02, "plot_floor_pct"_a = 50,
       "The replay's goodput search on attainment(rate, for_plot) -> (all %, chat %, reasoning %, stopped "
-      "early): "
-      "(goodput, at_least, [(rate, attainment %, stopped early, scan point)])");
+      "early, meets the ruler): (goodput, at_least, [(rate, attainment %, stopped early, scan point, "
+      "meets)])");
   m.def(
       "seeded_search",
-      [search_with](const Attainment& attainment, double base_rate, double target_pct, double rel_tolerance) {
+      [search_with](const Attainment& attainment, double base_rate, double rel_tolerance) {
         sim::GoodputOptions search;
         search.rel_tolerance = rel_tolerance;
-        search.plot_floor_pct = target_pct;  // a search, not a plot: scan points run down to the target
-        return search_with(&sim::seeded_search, attainment, base_rate, target_pct, search);
+        search.plot_floor_pct = 100;  // a search, not a plot: a scan stops at its first failure
+        return search_with(&sim::seeded_search, attainment, base_rate, search);
       },
-      "attainment"_a, "base_rate"_a, "target_pct"_a, "rel_tolerance"_a = 0.02,
+      "attainment"_a, "base_rate"_a, "rel_tolerance"_a = 0.02,
       "search_goodput from where the goodput is expected: base_rate probed first, then up "
       "(SEEDED_SCAN_UP) or down (SEEDED_SCAN_DOWN) to bracket the knee; each rate runs once");
   m.attr("SEEDED_SCAN_UP") = std::vector<double>(sim::kSeededScanUp.begin(), sim::kSeededScanUp.end());
@@ -289,30 +392,34 @@ void bind_sim(nb::module_& parent) {
 
   m.def(
       "run_replay",
-      [](const sim::ReplayParams& params, std::string_view policy, std::uint64_t seed) {
+      [](const sim::ReplayParams& params, std::string_view policy, std::uint64_t seed,
+         std::string_view ruler) {
         sim::ReplayOptions o;
         o.policy = policy_named(policy);
         o.params = params;
         o.seed = seed;
+        o.ruler = ruler_named(ruler);
         const sim::Workload w = sim::generate_workload(params.workload, seed);
         nb::gil_scoped_release release;
         return sim_metrics(sim::run_replay(w, o));
       },
-      "params"_a, "policy"_a, "seed"_a,
+      "params"_a, "policy"_a, "seed"_a, "ruler"_a = "sustainable",
       "The simulator's run of `policy` on the synthetic workload: its metrics");
   m.def(
       "find_goodput",
       [](const sim::ReplayParams& params, const std::vector<std::string>& policies,
-         const std::vector<std::uint64_t>& seeds) {
+         const std::vector<std::uint64_t>& seeds, std::string_view ruler) {
         std::vector<PolicyKind> kinds;
         for (const auto& p : policies) kinds.push_back(policy_named(p));
         sim::StudyOptions o;
         o.params = params;
         o.seeds = seeds;
+        sim::GoodputOptions search;
+        search.ruler = ruler_named(ruler);
         sim::GoodputResult r;
         {
           nb::gil_scoped_release release;
-          r = sim::find_goodput(kinds, o);
+          r = sim::find_goodput(kinds, o, search);
         }
         std::vector<std::pair<std::string, std::vector<double>>> out;
         for (const auto& p : r.policies)
@@ -321,8 +428,8 @@ void bind_sim(nb::module_& parent) {
         if (r.vllm_best) best = r.vllm_best->best();
         return std::make_pair(out, best);
       },
-      "params"_a, "policies"_a, "seeds"_a,
-      "The simulator's goodput per policy and seed (meridian replay --goodput), and vllm-best's "
+      "params"_a, "policies"_a, "seeds"_a, "ruler"_a = "sustainable",
+      "The simulator's goodput per policy and seed (meridian replay --goodput) on `ruler`, and vllm-best's "
       "winning setting (None unless vllm-best was searched)");
 }
 

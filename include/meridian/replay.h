@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "meridian/config.h"
+#include "meridian/run_verdict.h"
 #include "meridian/sim_cost_model.h"
 #include "meridian/sim_workload.h"
 #include "meridian/types.h"
@@ -48,6 +49,13 @@ enum class PolicyKind : std::uint8_t {
   /// answering preempted first, an answer-token pacer at the answer TPOT SLO
   /// (docs/replay.md#pascal).
   kPascal = 7,
+  /// Ruler tests, not schedulers (docs/replay.md#adversaries): vllm-fcfs that
+  /// holds the longest-thinking [engine] adversary_share of reasoning requests
+  /// (by their natural think length, an oracle) until the first turns stop
+  /// arriving, then serves them; and one that aborts them on arrival. Each only
+  /// games a ruler; on the sustainable ruler neither may beat vllm-fcfs.
+  kAdversaryHold = 8,
+  kAdversaryAbort = 9,
 };
 /// Every policy, in report order: the vLLM baselines first, the peer, then Meridian.
 inline constexpr std::array<PolicyKind, 7> kAllPolicies = {
@@ -56,8 +64,12 @@ inline constexpr std::array<PolicyKind, 7> kAllPolicies = {
     PolicyKind::kMeridian};
 [[nodiscard]] std::string_view to_string(PolicyKind policy) noexcept;
 /// "meridian", "meridian-no-forcing", "vllm-fcfs", "vllm-fcfs-tuned", "vllm-priority", "static-budget",
-/// "vllm-best", "pascal".
+/// "vllm-best", "pascal", "adversary-hold", "adversary-abort".
 [[nodiscard]] std::optional<PolicyKind> parse_policy(std::string_view name) noexcept;
+/// Whether the policy is one of the ruler's adversaries.
+[[nodiscard]] constexpr bool is_adversary(PolicyKind p) noexcept {
+  return p == PolicyKind::kAdversaryHold || p == PolicyKind::kAdversaryAbort;
+}
 /// Whether the policy is Meridian's (tiered KV, phase-aware scheduling).
 [[nodiscard]] constexpr bool is_meridian(PolicyKind p) noexcept {
   return p == PolicyKind::kMeridian || p == PolicyKind::kMeridianNoForcing;
@@ -103,6 +115,10 @@ struct EngineParams {
   /// the meridian policies schedule as vllm-fcfs. Off: lockstep (vLLM's
   /// --no-async-scheduling), the replay's numbers of record.
   bool async_scheduling = false;
+  /// adversary-hold and adversary-abort: the share of reasoning requests, the
+  /// longest thinkers, that they hold or abort. 0.08 stays inside a 90 %
+  /// per-class target, so only the sustainability rules can stop them.
+  double adversary_share = 0.08;
   double series_interval_s = 1.0;  ///< time-series sampling period
   double max_sim_time_s = 86400;   ///< safety stop: requests still open are reported as unfinished
 };
@@ -157,10 +173,14 @@ struct ReplayOptions {
   std::uint64_t seed = 42;
   /// Called now and then with the fraction of requests finished (0..1).
   std::function<void(double)> progress;
-  /// Stop the run once more than this many requests have missed their SLO
-  /// (0: never). The goodput search sets it to what already decides "below
-  /// target"; the requests left open count as missing it.
-  std::uint64_t stop_after_slo_misses = 0;
+  /// The ruler the run is judged by (ReplayResult::verdict).
+  Ruler ruler = Ruler::kSustainable;
+  /// Stop the run as soon as its verdict is decided "does not meet `ruler`"
+  /// (the goodput search sets it): a class past its allowed SLO misses, a
+  /// request aborted or turned away, or (sustainable ruler) a backlog that
+  /// grew by the time the first turns stop arriving. The requests left open
+  /// count as missing their SLO. Never stops a run that meets the ruler.
+  bool stop_when_decided = false;
   /// Live telemetry of the run (meridian/metrics.h), not owned: after every
   /// step the router, scheduler (Meridian policies) and block manager are
   /// mirrored and the step, phase events, answer ITL and finished requests
@@ -213,7 +233,12 @@ struct ReplayResult {
   /// Raw per-request / per-token samples (ms), for CDFs.
   std::vector<float> ttft_ms, ttot_ms, ttfv_ms, output_itl_ms, think_tpot_ms, e2e_ms;
   std::vector<RequestOutcome> outcomes;  ///< one per workload request
-  bool stopped_early = false;            ///< stop_after_slo_misses ended the run
+  bool stopped_early = false;            ///< stop_when_decided ended the run
+  /// The run judged by ReplayOptions::ruler (sustainable_ruler.h).
+  RunVerdict verdict;
+  /// Think tokens each request emitted (index i: request i + 1): the work it
+  /// did, for the physical bound (capacity_bound.h).
+  std::vector<std::uint32_t> think_tokens;
 
   /// The metric's value; throws NotFound naming it if absent.
   [[nodiscard]] double metric(std::string_view name) const;

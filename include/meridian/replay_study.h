@@ -19,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "meridian/capacity_bound.h"
 #include "meridian/replay.h"
+#include "meridian/sustainable_ruler.h"
 
 namespace meridian::sim {
 
@@ -105,33 +107,59 @@ struct PolicyRuns {
 
 struct GoodputOptions {
   /// Rates scanned first, as multiples of params.workload.arrival_rate; the
-  /// scan stops at the first rate below the target (if the whole grid meets
-  /// it, the rate keeps doubling, up to 5 times), then bisection narrows the
-  /// bracket to rel_tolerance.
+  /// scan stops at the first rate that does not meet the ruler (if the whole
+  /// grid meets it, the rate keeps doubling, up to 5 times), then bisection
+  /// narrows the bracket to rel_tolerance.
   std::vector<double> grid = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0};
   double rel_tolerance = 0.02;
-  /// Grid points are also run past the first failure until attainment drops
-  /// below this (for the attainment-vs-rate plot); bisection runs stop as soon
-  /// as the target is out of reach.
+  /// Grid points are also run past the first failure until pooled attainment
+  /// drops below this (for the attainment-vs-rate plot); bisection runs stop
+  /// as soon as the verdict is decided.
   double plot_floor_pct = 50;
+  /// The rule a run must meet for its rate to count (sustainable_ruler.h).
+  Ruler ruler = Ruler::kSustainable;
+  /// The first seed's search starts at 0.75 of the physical bound for the workload's natural
+  /// work (seeded_search(); a few runs, not a scan from a quarter of the base rate). False: the
+  /// grid scan above, whose points line up across policies for an attainment-vs-rate plot.
+  bool start_from_bound = true;
+  /// vllm-best: every setting is screened by one run on the first seed at 1.05x vLLM's default
+  /// goodput there; this many of the best there (and vLLM's default setting) are searched on
+  /// every seed, and the winner is the best of those on the mean. 0: every setting searched on
+  /// every seed.
+  std::size_t vllm_best_finalists = 4;
 };
 
-/// Attainment of one seed at one rate.
+/// One seed's run at one rate, as the search saw it.
 struct AttainmentPoint {
   double rate = 0;
-  double attainment_pct = 0;
+  double attainment_pct = 0;  ///< pooled
   double chat_pct = 0;
   double reasoning_pct = 0;
   bool stopped_early = false;  ///< attainment is an upper bound decided before the run ended
   bool scan = false;           ///< a grid (or doubling) point, common to all seeds; else a bisection point
+  bool meets = false;          ///< the run meets the ruler: the rate counts toward goodput
+  bool sustainable = false;    ///< rules 1, 3 and 4 of the sustainable ruler held
+  VerdictReason reason = VerdictReason::kMet;
+  double backlog_mid = 0;       ///< conversations in the system, second quarter of the window (mean)
+  double backlog_end = 0;       ///< and last quarter
+  double backlog_work_mid = 0;  ///< tokens they had still to generate, second quarter (mean)
+  double backlog_work_end = 0;  ///< and last quarter
+  ConversationWork work;  ///< what the run asked of the GPU per conversation (the physical bound's input)
 };
 
 struct PolicyGoodput {
   PolicyKind policy = PolicyKind::kMeridian;
-  SeedStat goodput_rps;  ///< per seed: highest rate found with attainment >= target
-  /// Per seed: whether even the highest rate tried met the target (the value is then a lower bound).
+  SeedStat goodput_rps;  ///< per seed: the highest rate found whose run meets the ruler
+  /// Per seed: whether even the highest rate tried met the ruler (the value is then a lower bound).
   std::vector<bool> at_least;
   std::vector<std::vector<AttainmentPoint>> points;  ///< per seed, in the order run
+  /// Per seed: the physical upper bound on the policy's goodput (capacity_bound.h) for the work
+  /// its run at its goodput did (at the lowest rate it ran, when no rate met the ruler).
+  std::vector<CapacityBound> bounds;
+  SeedStat upper_bound_rps;    ///< the bounds' rates
+  SeedStat fraction_of_bound;  ///< goodput / bound, per seed
+  /// Whether some seed's goodput exceeds its bound: a bug in the ruler or the bound.
+  [[nodiscard]] bool above_bound() const noexcept;
 };
 
 /// The vllm-best search: every setting's goodput, and the one that won.
@@ -139,15 +167,20 @@ struct VllmBestSweep {
   struct Entry {
     VllmSetting setting;
     PolicyGoodput goodput;  ///< policy: the setting's vllm-fcfs or vllm-priority
+    /// Searched on every seed (else screened out: GoodputOptions::vllm_best_finalists).
+    bool finalist = true;
+    /// The screen's run (the first seed, 1.05x vLLM's default goodput), when there was one.
+    std::optional<AttainmentPoint> screen;
   };
   std::vector<Entry> settings;  ///< vllm_best_settings() order
-  std::size_t winner = 0;       ///< index of the highest mean goodput (the first on a tie)
+  std::size_t winner = 0;       ///< the finalist with the highest mean goodput (the first on a tie)
   [[nodiscard]] const VllmSetting& best() const { return settings.at(winner).setting; }
 };
 
 struct GoodputResult {
   SloParams slo;
   double base_rate = 0;
+  double window_s = 0;  ///< seconds of first-turn arrivals per run ([workload] duration_s)
   std::vector<std::uint64_t> seeds;
   GoodputOptions search;
   std::vector<PolicyGoodput> policies;
@@ -160,10 +193,13 @@ struct GoodputResult {
   [[nodiscard]] std::optional<SeedStat> ratio(PolicyKind candidate, PolicyKind baseline) const;
 };
 
-/// Finds each policy's goodput on every seed. PolicyKind::kVllmBest searches
-/// every vllm_best_settings() setting (scan points run only down to the
-/// target, not for the plot) and reports the winner's goodput under
-/// "vllm-best". Throws ConfigError on bad parameters.
+/// Finds each policy's goodput on every seed: the first seed from the
+/// physical bound (GoodputOptions::start_from_bound) or by the grid scan, the
+/// others by seeded_search() from the first seed's goodput. Every run stops once its verdict is decided.
+/// PolicyKind::kVllmBest screens vllm_best_settings() and searches the finalists
+/// on every seed (GoodputOptions::vllm_best_finalists), and reports the winner's
+/// goodput under "vllm-best"; vllm-fcfs, vllm-fcfs-tuned and vllm-priority read the
+/// search of the setting whose runs are theirs. Throws ConfigError on bad parameters.
 [[nodiscard]] GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyOptions& options,
                                          const GoodputOptions& search = {});
 
@@ -172,19 +208,24 @@ inline constexpr std::array<double, 7> kSeededScanUp = {1.0, 1.03, 1.1, 1.25, 1.
 inline constexpr std::array<double, 9> kSeededScanDown = {0.97, 0.93, 0.87, 0.8, 0.7, 0.55, 0.4, 0.25, 0.1};
 
 /// A search that starts where the answer is expected: `base_rate` is probed first, then the
-/// scan goes up from it (kSeededScanUp) or, when it misses the target, down to the first factor
-/// that meets it (kSeededScanDown), and bisects that bracket as search_goodput() does. Each rate
-/// runs once. The vllm-best sweep seeds its settings with it, the engine replay its arms.
+/// scan goes up from it (kSeededScanUp) or, when it does not meet the ruler, down to the first
+/// factor that does (kSeededScanDown), and bisects that bracket as search_goodput() does. Each
+/// rate runs once. The vllm-best sweep seeds its settings with it, the engine replay its arms.
 [[nodiscard]] double seeded_search(
     const std::function<AttainmentPoint(double rate, bool for_plot)>& attainment, double base_rate,
-    double target_pct, const GoodputOptions& search, std::vector<AttainmentPoint>& points, bool* at_least);
+    const GoodputOptions& search, std::vector<AttainmentPoint>& points, bool* at_least);
 
-/// The bisection itself, on any attainment function (rate -> percent); exposed
-/// for tests. Returns the highest rate known to meet `target_pct`, and whether
-/// the grid never failed (`*at_least`). Every evaluation is appended to `points`.
+/// The bisection itself, on any attainment function (rate -> point; its `meets`
+/// decides); exposed for tests. Returns the highest rate known to meet the
+/// ruler, and whether the grid never failed (`*at_least`). Every evaluation is
+/// appended to `points`.
 [[nodiscard]] double search_goodput(
     const std::function<AttainmentPoint(double rate, bool for_plot)>& attainment, double base_rate,
-    double target_pct, const GoodputOptions& search, std::vector<AttainmentPoint>& points, bool* at_least);
+    const GoodputOptions& search, std::vector<AttainmentPoint>& points, bool* at_least);
+
+/// An AttainmentPoint from a run at `rate` (its verdict, attainment and work).
+[[nodiscard]] AttainmentPoint attainment_point(double rate, const ReplayResult& run,
+                                               const Workload& workload);
 
 // ---- Forcing Pareto -----------------------------------------------------
 
@@ -230,9 +271,22 @@ struct TargetCheck {
   bool percent = true;     ///< value is a percentage (else a count or a ratio)
 };
 [[nodiscard]] std::vector<TargetCheck> check_targets(const std::vector<PolicyRuns>& runs);
-/// The goodput targets: meridian-no-forcing >= 1.5x vllm-fcfs, >= 1.2x vllm-fcfs-tuned, and
-/// >= 1.0x vllm-best (when searched).
+/// The goodput targets: no policy above its physical bound (the ruler's own check);
+/// meridian-no-forcing >= 1.0x vllm-fcfs, vllm-best and pascal (those searched) and
+/// >= 0.9 of its physical bound.
 [[nodiscard]] std::vector<TargetCheck> check_goodput_targets(const GoodputResult& result);
+
+/// The window check: each policy's mean goodput at twice the window against the window.
+struct WindowAgreement {
+  PolicyKind policy = PolicyKind::kMeridian;
+  double at_window = 0;
+  double at_double = 0;
+  double ratio = 0;                           ///< at_double / at_window (1 when both are 0)
+  [[nodiscard]] bool agree() const noexcept;  ///< within kWindowAgreementPct
+};
+inline constexpr double kWindowAgreementPct = 5;
+[[nodiscard]] std::vector<WindowAgreement> window_agreement(const GoodputResult& window,
+                                                            const GoodputResult& doubled);
 
 /// ab-report.json over seeds: "runs" holds the per-policy means (the SPEC §4
 /// keys), "intervals" the 95% intervals and per-seed values, "deltas" the
@@ -240,8 +294,12 @@ struct TargetCheck {
 [[nodiscard]] std::string ab_report_json(const std::vector<PolicyRuns>& runs, const ReportContext& context);
 [[nodiscard]] std::string ab_report_markdown(const std::vector<PolicyRuns>& runs,
                                              const ReportContext& context);
-[[nodiscard]] std::string goodput_json(const GoodputResult& result, const ReportContext& context);
-[[nodiscard]] std::string goodput_markdown(const GoodputResult& result);
+/// goodput.{json,md}; `doubled`, when given, is the same search over twice the window (the
+/// window check, reported beside it).
+[[nodiscard]] std::string goodput_json(const GoodputResult& result, const ReportContext& context,
+                                       const GoodputResult* doubled = nullptr);
+[[nodiscard]] std::string goodput_markdown(const GoodputResult& result,
+                                           const GoodputResult* doubled = nullptr);
 [[nodiscard]] std::string pareto_json(const ParetoResult& result, const ReportContext& context);
 [[nodiscard]] std::string pareto_markdown(const ParetoResult& result);
 

@@ -20,6 +20,12 @@ struct RequestTimeline {
   bool arrived = false;
   bool completed = false;  ///< every answer token, EOS included, was emitted
   double arrival_s = -1;
+  /// When its conversation's first turn arrived (the ruler's warm-up and late
+  /// sets go by it); -1: this request's own arrival.
+  double conversation_arrival_s = -1;
+  /// Its conversation: the id of the conversation's first turn (0: a conversation of its own).
+  /// The ruler's backlog counts conversations, with the turns not yet sent as work to come.
+  std::uint64_t conversation_id = 0;
   double first_token_s = -1;    ///< first generated token (think or visible)
   double first_visible_s = -1;  ///< first answer token
   double think_end_s = -1;      ///< the step that emitted </think>
@@ -28,6 +34,8 @@ struct RequestTimeline {
   std::uint32_t think_tokens = 0;          ///< think tokens emitted (</think> not counted)
   std::uint32_t answer_tokens = 0;         ///< visible tokens emitted, EOS included
   std::uint32_t natural_think_tokens = 0;  ///< the workload's think length
+  /// The workload's answer length, EOS included (0: answer_tokens, what was emitted).
+  std::uint32_t natural_answer_tokens = 0;
 };
 
 /// What the engine counted over the run (the metrics that are not per request).
@@ -55,10 +63,12 @@ struct RunTotals {
 /// Every metric of metric_catalog() that a timeline can give, in catalog order,
 /// as run_replay() names them; the Meridian-only counters (forcing, KV tiers,
 /// swaps, probe passes) are 0. `output_itl_ms` and `think_itl_ms` are the gaps
-/// between consecutive visible (think) tokens of every request.
+/// between consecutive visible (think) tokens of every request. The result's
+/// verdict is the run judged by `ruler` (sustainable_ruler.h), its think_tokens
+/// what each request emitted.
 [[nodiscard]] ReplayResult summarize_timelines(const std::vector<RequestTimeline>& requests,
                                                std::vector<float> output_itl_ms,
                                                std::vector<float> think_itl_ms, const RunTotals& totals,
-                                               const SloParams& slo);
+                                               const SloParams& slo, Ruler ruler = Ruler::kSustainable);
 
 }  // namespace meridian::sim

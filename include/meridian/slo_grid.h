@@ -21,8 +21,11 @@ struct SloSet {
 };
 
 /// TTFT {500, 2000} ms x answer TPOT {15, 40} ms x think TPOT {40, 120} ms,
-/// then `base` (the default set) and `base` with ttfv_ms = 60,000; every set
-/// keeps base's attainment target. 10 sets, in that order.
+/// then `base` (the default set) and `base` with ttfv_ms = 60,000, each with
+/// base's attainment target; then MLPerf Inference's DeepSeek-R1 sets by name,
+/// at their 99th percentile: "mlperf deepseek-r1 server" (TTFT 2 s, TPOT 80 ms)
+/// and "mlperf deepseek-r1 interactive" (TTFT 1.5 s, TPOT 15 ms), TPOT bounding
+/// answer and reasoning tokens alike. 12 sets, in that order.
 [[nodiscard]] std::vector<SloSet> slo_grid_sets(const SloParams& base);
 
 struct SloGridResult {
@@ -36,7 +39,8 @@ struct SloGridResult {
 /// Throws ConfigError on bad parameters.
 [[nodiscard]] SloGridResult run_slo_grid(const std::vector<PolicyKind>& policies, const StudyOptions& options,
                                          const std::vector<SloSet>& sets,
-                                         const std::function<void(std::size_t set)>& on_set = {});
+                                         const std::function<void(std::size_t set)>& on_set = {},
+                                         const GoodputOptions& search = {});
 
 /// The verdicts the issue asks of the grid, per set: meridian-no-forcing at
 /// least 1.0x every baseline that ran (vllm-fcfs, vllm-best, pascal; "win"

@@ -19,6 +19,7 @@
 #include "meridian/phase_router.h"
 #include "meridian/replay.h"
 #include "meridian/replay_timeline.h"
+#include "meridian/sustainable_ruler.h"
 #include "sim/disagg.h"
 #include "sim/engine_setup.h"
 #include "sim/metrics.h"
@@ -85,8 +86,10 @@ class Engine {
         block_tokens_(o.config.kv_memory.block_tokens),
         kv_(kv_options()),
         pool_(kv_, block_tokens_,
-              [this](RequestId id, std::uint32_t index) { return block_hash(id, index); }) {
+              [this](RequestId id, std::uint32_t index) { return block_hash(id, index); }),
+        watch_(workload, o.params.slo, o.ruler) {
     validate(o.params);
+    if (is_adversary(o.policy)) targeted_ = detail::adversary_targets(w_, o.params.engine.adversary_share);
     const EngineParams& e = o.params.engine;
     // Under async scheduling too: the adapter holds think decodes through
     // vLLM's next_decode_eligible_step, in-flight ones included (ADR-0024).
@@ -121,6 +124,9 @@ class Engine {
     async_ = e.async_scheduling;
     probe_settings_ = ProbeSettings::from(o.config);
     forcing_ = o.policy == PolicyKind::kMeridian && probe_settings_.enabled;
+    // Only forcing or a think cap ever leaves a forced </think> pending in the router.
+    may_force_end_ =
+        forcing_ || router_limits(o.policy, o).max_think_tokens != std::numeric_limits<std::uint64_t>::max();
     total_blocks_ = kv_.usage().total_blocks;
     max_in_flight_ = std::uint64_t{e.max_num_seqs} + kMaxWaitingRequests;
     const auto max_ns = static_cast<std::int64_t>(e.max_sim_time_s * kNsPerS);
@@ -131,6 +137,7 @@ class Engine {
       if (r.after == 0) {
         const auto at_ns = static_cast<std::int64_t>(std::llround(r.arrival_s * kNsPerS));
         arrivals_.push({at_ns, r.id});
+        ++first_turns_left_;
         arrival_window_end_ns_ = std::max(arrival_window_end_ns_, std::min(at_ns, max_ns));
       } else if (next_turn_[r.after] != 0) {
         // A second follow-up of one turn would never arrive (read_trace refuses it too).
@@ -150,14 +157,15 @@ class Engine {
     next_sample_ns_ = interval_ns;
     std::uint32_t stalled = 0;
     while (now_ns_ < max_ns) {
-      if (o_.stop_after_slo_misses > 0 && slo_misses_ > o_.stop_after_slo_misses) {
+      if (o_.stop_when_decided && decided()) {
         stopped_early_ = true;
         break;
       }
       // Two in flight: this step was planned when the previous one started.
       admit_arrivals(async_ && planned_during_ns_ >= 0 ? planned_during_ns_ : now_ns_);
+      release_held();
       if (link_) link_->complete_until(now_ns_, [this](RequestId id) { kv_.demote_think_blocks(id); });
-      if (active_ == 0 && arrivals_.empty()) break;
+      if (active_ == 0 && arrivals_.empty() && held_.empty()) break;
       std::chrono::steady_clock::time_point plan_started;
       if (o_.metrics != nullptr) plan_started = std::chrono::steady_clock::now();
       const EngineStep& step = policy_->plan(now_ns_);
@@ -262,33 +270,56 @@ class Engine {
       r.spec = &spec;
       r.arrival_ns = a.at_ns;
       ++arrived_;
-      // Turned away at the door: counted, never scheduled, no follow-up turns.
+      if (spec.after == 0) --first_turns_left_;
+      const bool targeted = !targeted_.empty() && targeted_[a.id - 1] != 0;
+      // Turned away at the door (or dropped by adversary-abort): counted, never
+      // scheduled, no follow-up turns.
       const bool fits = !never_fits(spec);
-      if (!fits || active_ >= max_in_flight_) {
-        ++(fits ? rejected_ : aborted_);
+      const bool dropped = targeted && o_.policy == PolicyKind::kAdversaryAbort;
+      if (!fits || dropped || active_ >= max_in_flight_) {
+        ++(fits && !dropped ? rejected_ : aborted_);
+        watch_.dropped();
         r.done = true;
         miss_slo(r);
         record_request(a.id);
         continue;
       }
-      const bool reasoning = spec.reasoning();
-      RequestOptions ro;
-      ro.thinking_disabled = !reasoning;
-      const TokenId tail[] = {think_start_};
-      const Phase phase =
-          router_.begin(a.id, reasoning ? std::span<const TokenId>(tail) : std::span<const TokenId>{}, ro);
-      r.in_think = phase == Phase::kThinkDecode || phase == Phase::kPrefill;
-      if (reasoning) {
-        r.signals = signals_.plan(spec);
-        if (forcing_) r.probe = std::make_unique<EntropyProbe>(probe_settings_);
+      if (targeted && a.at_ns < arrival_window_end_ns_) {  // adversary-hold: until the first turns stop
+        held_.push_back(a.id);
+        continue;
       }
-      std::uint32_t cached = 0;
-      if (policy_->looks_up_prefix_at_arrival()) cached = pool_.attach_prefix(a.id, spec.prompt_tokens, true);
-      policy_->add({a.id, r.in_think ? Phase::kThinkDecode : Phase::kOutputDecode, spec.prompt_tokens, cached,
-                    a.at_ns},
-                   spec.priority);
-      ++active_;
+      start(a.id);
     }
+  }
+
+  // adversary-hold: the first turns stopped arriving; what it held goes to the scheduler now.
+  void release_held() {
+    if (held_.empty() || first_turns_left_ > 0) return;
+    for (RequestId id : held_) start(id);
+    held_.clear();
+  }
+
+  // A request that arrived goes to the router and the scheduler.
+  void start(RequestId id) {
+    const RequestSpec& spec = w_.requests[id - 1];
+    Live& r = live_[id];
+    const bool reasoning = spec.reasoning();
+    RequestOptions ro;
+    ro.thinking_disabled = !reasoning;
+    const TokenId tail[] = {think_start_};
+    const Phase phase =
+        router_.begin(id, reasoning ? std::span<const TokenId>(tail) : std::span<const TokenId>{}, ro);
+    r.in_think = phase == Phase::kThinkDecode || phase == Phase::kPrefill;
+    if (reasoning) {
+      r.signals = signals_.plan(spec);
+      if (forcing_) r.probe = std::make_unique<EntropyProbe>(probe_settings_);
+    }
+    std::uint32_t cached = 0;
+    if (policy_->looks_up_prefix_at_arrival()) cached = pool_.attach_prefix(id, spec.prompt_tokens, true);
+    policy_->add({id, r.in_think ? Phase::kThinkDecode : Phase::kOutputDecode, spec.prompt_tokens, cached,
+                  r.arrival_ns},
+                 spec.priority);
+    ++active_;
   }
 
   [[nodiscard]] bool disagg_on() const { return is_meridian(o_.policy) && o_.params.disagg.enabled(); }
@@ -312,6 +343,23 @@ class Engine {
     if (r.slo_missed) return;
     r.slo_missed = true;
     ++slo_misses_;
+    watch_.missed(r.spec->id);
+  }
+
+  // ReplayOptions::stop_when_decided: the verdict can no longer be "meets" (stop_reason_ says why).
+  [[nodiscard]] bool decided() {
+    if (const auto reason = watch_.decided()) {
+      stop_reason_ = *reason;
+      return true;
+    }
+    if (backlog_checked_ || first_turns_left_ > 0 || watch_.ruler() != Ruler::kSustainable) return false;
+    backlog_checked_ = true;  // the window's arrivals are all in: the backlog rule is final
+    std::vector<RequestTimeline> timelines;
+    timelines.reserve(w_.requests.size());
+    for (const RequestSpec& spec : w_.requests) timelines.push_back(timeline(spec.id));
+    if (!watch_.backlog_grew(timelines, static_cast<double>(arrival_window_end_ns_) / kNsPerS)) return false;
+    stop_reason_ = VerdictReason::kBacklogGrowing;
+    return true;
   }
 
   // The request's times so far (final once it is done), on the replay's clock in seconds.
@@ -324,6 +372,8 @@ class Engine {
     t.arrived = r.arrival_ns >= 0;
     t.completed = r.done && r.answer_emitted >= spec.answer_tokens;
     t.arrival_s = s(r.arrival_ns);
+    t.conversation_arrival_s = watch_.conversation_start(id);
+    t.conversation_id = watch_.conversation_id(id);
     t.first_token_s = s(r.first_token_ns);
     t.first_visible_s = s(r.first_visible_ns);
     t.think_end_s = s(r.think_end_ns);
@@ -332,6 +382,7 @@ class Engine {
     t.think_tokens = r.think_emitted;
     t.answer_tokens = r.answer_emitted;
     t.natural_think_tokens = spec.think_tokens;
+    t.natural_answer_tokens = spec.answer_tokens;
     return t;
   }
   [[nodiscard]] RequestOutcome outcome(RequestId id) const {
@@ -416,7 +467,7 @@ class Engine {
       }
       TokenId token = kAnswerTokenId;
       if (r.in_think) {
-        if (r.think_emitted >= r.spec->think_tokens || router_.end_think_pending(w.id)) {
+        if (r.think_emitted >= r.spec->think_tokens || (may_force_end_ && router_.end_think_pending(w.id))) {
           token = think_end_;
         } else {
           token = kThinkTokenId;
@@ -577,7 +628,7 @@ class Engine {
       p.kv_used_fraction = static_cast<double>(live) / u.total_blocks;
       if (!window_itl_.empty()) {
         p.output_itl_p99_ms = detail::percentile(window_itl_, 99);
-        p.output_itl_max_ms = window_itl_.back();
+        p.output_itl_max_ms = detail::max_of(window_itl_);
       }
       p.tokens = window_tokens_;
       window_itl_.clear();
@@ -634,8 +685,15 @@ class Engine {
   KvBlockManager kv_;
   KvPool pool_;
   std::unique_ptr<detail::SchedulingPolicy> policy_;
+  VerdictWatch watch_;
+  std::vector<char> targeted_;   // adversary policies: the requests they hold or abort
+  std::vector<RequestId> held_;  // adversary-hold: arrived, not yet given to the scheduler
+  std::uint64_t first_turns_left_ = 0;
+  bool backlog_checked_ = false;
+  VerdictReason stop_reason_ = VerdictReason::kMet;  // why stop_when_decided ended the run
   ProbeSettings probe_settings_;
   bool forcing_ = false;
+  bool may_force_end_ = true;
   bool async_ = false;                       // two steps in flight ([engine] async_scheduling)
   std::optional<detail::DisaggLink> link_;   // the disaggregated mode (Meridian policies)
   std::int64_t link_ready_ns_ = 0;           // the next step starts no earlier
@@ -707,14 +765,19 @@ ReplayResult Engine::summarize() {
   t.wall_s = wall_s_;
   t.stopped_early = stopped_early_;
   // One definition of every metric (summarize_timelines); then what only this engine counts.
-  ReplayResult out =
-      summarize_timelines(timelines, std::move(output_itl_), std::move(think_itl_), t, o_.params.slo);
+  ReplayResult out = summarize_timelines(timelines, std::move(output_itl_), std::move(think_itl_), t,
+                                         o_.params.slo, o_.ruler);
   out.policy = o_.policy;
   auto set = [&](std::string_view name, double v) {
     for (auto& [k, value] : out.metrics) {
       if (k == name) value = v;
     }
   };
+  if (stopped_early_) {  // judged on the rule it broke, not on the requests the stop left open
+    out.verdict.meets = false;
+    out.verdict.reason = stop_reason_;
+    set("meets_ruler", 0);
+  }
   const double reasoning = std::max<double>(1, static_cast<double>(reasoning_done_));
   set("aborted", static_cast<double>(aborted_));
   set("forced_pct", 100.0 * static_cast<double>(forced_[0] + forced_[1] + forced_[2]) / reasoning);
@@ -745,18 +808,6 @@ ReplayResult Engine::summarize() {
 
 }  // namespace
 
-std::uint8_t slo_misses(const RequestOutcome& r, const SloParams& slo) noexcept {
-  std::uint8_t missed = 0;
-  if (!r.completed) missed |= kSloMissIncomplete;
-  if (r.ttft_ms < 0 ? r.completed : r.ttft_ms > slo.ttft_ms) missed |= kSloMissTtft;
-  if (slo.ttfv_ms > 0 && r.reasoning && (r.ttfv_ms < 0 ? r.completed : r.ttfv_ms > slo.ttfv_ms)) {
-    missed |= kSloMissTtfv;
-  }
-  if (r.think_tpot_ms >= 0 && r.think_tpot_ms > slo.think_tpot_ms) missed |= kSloMissThinkTpot;
-  if (r.output_tpot_ms >= 0 && r.output_tpot_ms > slo.output_tpot_ms) missed |= kSloMissOutputTpot;
-  return missed;
-}
-
 ReplayResult run_replay(const Workload& workload, const ReplayOptions& options) {
   if (options.policy == PolicyKind::kVllmBest) {
     throw InvalidArgument(
@@ -765,13 +816,6 @@ ReplayResult run_replay(const Workload& workload, const ReplayOptions& options) 
   }
   Engine engine(workload, options);
   return engine.run();
-}
-
-double ReplayResult::metric(std::string_view name) const {
-  for (const auto& [k, v] : metrics) {
-    if (k == name) return v;
-  }
-  throw NotFound(fmt::format("replay result has no metric \"{}\"", name));
 }
 
 }  // namespace meridian::sim

@@ -2,7 +2,9 @@
 // engine.cpp holds the loop itself.
 #include "sim/engine_setup.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
@@ -20,6 +22,8 @@ RouterLimits router_limits(PolicyKind policy, const ReplayOptions& o) {
     case PolicyKind::kVllmPriority:
     case PolicyKind::kVllmBest:
     case PolicyKind::kPascal:
+    case PolicyKind::kAdversaryHold:
+    case PolicyKind::kAdversaryAbort:
       limits.max_think_tokens = std::numeric_limits<std::uint64_t>::max();  // vLLM: no think cap
       break;
     case PolicyKind::kStaticBudget:
@@ -59,6 +63,26 @@ void check_request(const RequestSpec& r, RequestId expected_id) {
     throw InvalidArgument(fmt::format("workload request {}: {} must be in [0, {:g}] s; got {:g}", r.id,
                                       r.after == 0 ? "arrival_s" : "delay_s", kMaxEventTimeS, t));
   }
+}
+
+std::vector<char> adversary_targets(const Workload& workload, double share) {
+  std::vector<char> targets(workload.requests.size(), 0);
+  std::vector<const RequestSpec*> reasoning;
+  for (const RequestSpec& r : workload.requests) {
+    if (r.reasoning()) reasoning.push_back(&r);
+  }
+  if (reasoning.empty() || share <= 0) return targets;
+  const auto count = std::min<std::size_t>(
+      reasoning.size(),
+      std::max<std::size_t>(
+          1, static_cast<std::size_t>(std::ceil(share * static_cast<double>(reasoning.size())))));
+  std::partial_sort(reasoning.begin(), reasoning.begin() + static_cast<std::ptrdiff_t>(count),
+                    reasoning.end(), [](const RequestSpec* a, const RequestSpec* b) {
+                      return a->think_tokens != b->think_tokens ? a->think_tokens > b->think_tokens
+                                                                : a->id < b->id;
+                    });
+  for (std::size_t i = 0; i < count; ++i) targets[reasoning[i]->id - 1] = 1;
+  return targets;
 }
 
 }  // namespace meridian::sim::detail

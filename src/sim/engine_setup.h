@@ -1,6 +1,7 @@
 // Internal: set-up helpers of the replay engine (engine.cpp): the router's
 // limits per policy, the model's boundary token ids, and the checks a
-// workload request must pass before the engine's arithmetic relies on it.
+// workload request must pass before the engine's arithmetic relies on it, and
+// the requests the ruler's adversaries target.
 //
 // Thread-safety: free functions without state. Ownership: plain values.
 #pragma once
@@ -22,5 +23,9 @@ namespace meridian::sim::detail {
 /// InvalidArgument unless `r` has id `expected_id`, follows an earlier request,
 /// has sizes >= 1 and a time that converts to nanoseconds.
 void check_request(const RequestSpec& r, RequestId expected_id);
+/// The requests an adversary policy targets (index i: request i + 1): the
+/// `share` of reasoning requests with the longest natural think lengths
+/// (ties by id, the earlier first), at least one when share > 0.
+[[nodiscard]] std::vector<char> adversary_targets(const Workload& workload, double share);
 
 }  // namespace meridian::sim::detail

@@ -16,10 +16,20 @@ inline double sorted_percentile(const std::vector<float>& sorted, double q) {
   return sorted[std::min(idx, sorted.size() - 1)];
 }
 
-/// The same, of `values`, which it sorts (callers then read the max at back()).
+/// The same, of `values`, which it reorders: a selection, not a sort (a run's think gaps number
+/// in the tens of millions, and sorting them was a fifth of the replay's time).
 inline double percentile(std::vector<float>& values, double q) {
-  std::sort(values.begin(), values.end());
-  return sorted_percentile(values, q);
+  if (values.empty()) return 0;
+  const double rank = std::ceil(q / 100.0 * static_cast<double>(values.size()));
+  const std::size_t idx = std::min(rank < 1 ? 0 : static_cast<std::size_t>(rank) - 1, values.size() - 1);
+  const auto nth = values.begin() + static_cast<std::ptrdiff_t>(idx);
+  std::nth_element(values.begin(), nth, values.end());
+  return *nth;
+}
+
+/// The largest of `values`; 0 if empty.
+inline double max_of(const std::vector<float>& values) {
+  return values.empty() ? 0.0 : *std::max_element(values.begin(), values.end());
 }
 
 inline double mean(const std::vector<float>& v) {

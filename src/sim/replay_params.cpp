@@ -76,6 +76,7 @@ TableSpec replay_spec(ReplayParams& p) {
                     {"scheduler_reserve_full_isl", &e.scheduler_reserve_full_isl},
                     {"kv_free_tail_first", &e.kv_free_tail_first},
                     {"async_scheduling", &e.async_scheduling},
+                    {"adversary_share", &e.adversary_share, in(0, 1)},
                     {"series_interval_s", &e.series_interval_s, in(0.001, kMaxSimTimeS)},
                     {"max_sim_time_s", &e.max_sim_time_s, above(0, kMaxSimTimeS)}},
                    {},

@@ -43,6 +43,8 @@ std::string_view to_string(PolicyKind policy) noexcept {
     case PolicyKind::kMeridian: return "meridian";
     case PolicyKind::kVllmBest: return "vllm-best";
     case PolicyKind::kPascal: return "pascal";
+    case PolicyKind::kAdversaryHold: return "adversary-hold";
+    case PolicyKind::kAdversaryAbort: return "adversary-abort";
   }
   return "?";
 }
@@ -51,8 +53,17 @@ std::optional<PolicyKind> parse_policy(std::string_view name) noexcept {
   for (PolicyKind p : kAllPolicies) {
     if (to_string(p) == name) return p;
   }
-  if (name == to_string(PolicyKind::kVllmBest)) return PolicyKind::kVllmBest;
+  for (PolicyKind p : {PolicyKind::kVllmBest, PolicyKind::kAdversaryHold, PolicyKind::kAdversaryAbort}) {
+    if (to_string(p) == name) return p;
+  }
   return std::nullopt;
+}
+
+double ReplayResult::metric(std::string_view name) const {
+  for (const auto& [k, v] : metrics) {
+    if (k == name) return v;
+  }
+  throw NotFound(fmt::format("replay result has no metric \"{}\"", name));
 }
 
 const std::vector<MetricInfo>& metric_catalog() {
@@ -69,6 +80,21 @@ const std::vector<MetricInfo>& metric_catalog() {
       {"slo_attainment_pct", Better::kHigher, "SLO attainment %"},
       {"slo_attainment_chat_pct", Better::kHigher, "SLO attainment: chat %"},
       {"slo_attainment_reasoning_pct", Better::kHigher, "SLO attainment: reasoning %"},
+      {"meets_ruler", Better::kNeither, "meets the ruler (1: the rate would count toward goodput)"},
+      {"sustainable", Better::kNeither,
+       "sustainable (1: all completed, late arrivals fare, no backlog growth)"},
+      {"late_attainment_chat_pct", Better::kHigher, "SLO attainment: chat arriving in the last quarter %"},
+      {"late_attainment_reasoning_pct", Better::kHigher,
+       "SLO attainment: reasoning arriving in the last quarter %"},
+      {"backlog_mid", Better::kNeither, "requests in the system, window's second quarter (mean)"},
+      {"backlog_end", Better::kNeither, "requests in the system, window's last quarter (mean)"},
+      {"backlog_growth_pct", Better::kLower, "backlog growth, second to last quarter %"},
+      {"backlog_work_mid", Better::kNeither,
+       "tokens to generate in the system, window's second quarter (mean)"},
+      {"backlog_work_end", Better::kNeither,
+       "tokens to generate in the system, window's last quarter (mean)"},
+      {"backlog_work_growth_pct", Better::kLower, "tokens-to-generate growth, second to last quarter %"},
+      {"drain_s", Better::kLower, "drain: last finish after the last first-turn arrival (s)"},
       {"slo_miss_ttft_pct", Better::kLower, "SLO missed on TTFT %"},
       {"slo_miss_ttfv_pct", Better::kLower, "SLO missed on TTFV %"},
       {"slo_miss_output_tpot_pct", Better::kLower, "SLO missed on output TPOT %"},

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -49,6 +51,93 @@ inline nlohmann::ordered_json context_json(const ReportContext& c) {
   if (!c.vllm_best.empty()) j["vllm_best"] = c.vllm_best;
   j["cost_model"] = "roofline: Qwen3-8B-class bf16 on one H100 SXM unless overridden (docs/replay.md)";
   return j;
+}
+
+/// The ruler a goodput was judged by, as goodput.json and slo-grid.json state it.
+inline nlohmann::ordered_json ruler_json(Ruler ruler) {
+  const SustainabilityRule rule;
+  nlohmann::ordered_json j;
+  j["name"] = to_string(ruler);
+  if (ruler == Ruler::kPooledWindow) {
+    j["rule"] = "retired: pooled attainment >= target over the drained window; nothing else";
+    return j;
+  }
+  j["rule"] = {"every request that arrived completes (none aborted, turned away or unfinished)",
+               "each class (chat, reasoning) meets the attainment target on its own",
+               "requests arriving in the last quarter of the window meet it per class, within binomial noise",
+               "conversations in progress and the tokens they have still to generate, each over the last "
+               "quarter of the window <= over its second quarter + z x its noise (sqrt of the count; sqrt of "
+               "the sum of squared tokens)"};
+  j["warmup_share"] = rule.warmup_share;
+  j["late_share"] = rule.late_share;
+  j["backlog_band_share"] = rule.backlog_band_share;
+  j["backlog_noise_z"] = rule.backlog_noise_z;
+  j["late_noise_z"] = rule.late_noise_z;
+  return j;
+}
+
+/// One policy's goodput, bound and verdicts as goodput.json and slo-grid.json give them.
+inline nlohmann::ordered_json policy_goodput_json(const PolicyGoodput& p,
+                                                  const std::vector<std::uint64_t>& seeds, bool with_points) {
+  nlohmann::ordered_json e;
+  e["goodput_rps"] = finite(p.goodput_rps.mean);
+  e["ci95"] = {finite(p.goodput_rps.ci_low), finite(p.goodput_rps.ci_high)};
+  e["per_seed"] = p.goodput_rps.per_seed;
+  e["at_least"] = p.at_least;
+  e["upper_bound_rps"] = stat_json(p.upper_bound_rps);
+  e["fraction_of_bound"] = stat_json(p.fraction_of_bound);
+  nlohmann::ordered_json bounds = nlohmann::ordered_json::array();
+  for (const CapacityBound& b : p.bounds) {
+    bounds.push_back({{"rate", number(b.rate)},
+                      {"step_ms", number(b.step_ms)},
+                      {"binding", b.binding},
+                      {"kv_used_share", number(b.kv_used_share)}});
+  }
+  e["bounds"] = bounds;
+  e["above_bound"] = p.above_bound();
+  // What the run at each seed's goodput looked like: per class, pooled, and its backlog.
+  nlohmann::ordered_json at = nlohmann::ordered_json::array();
+  for (std::size_t s = 0; s < p.points.size(); ++s) {
+    const double g = s < p.goodput_rps.per_seed.size() ? p.goodput_rps.per_seed[s] : 0;
+    nlohmann::ordered_json a = nullptr;
+    for (const AttainmentPoint& pt : p.points[s]) {
+      if (g > 0 && pt.meets && pt.rate == g) {
+        a = {{"rate", pt.rate},
+             {"chat_pct", pt.chat_pct},
+             {"reasoning_pct", pt.reasoning_pct},
+             {"pooled_pct", pt.attainment_pct},
+             {"backlog_mid", pt.backlog_mid},
+             {"backlog_end", pt.backlog_end},
+             {"backlog_work_mid", pt.backlog_work_mid},
+             {"backlog_work_end", pt.backlog_work_end}};
+        break;
+      }
+    }
+    at.push_back(a);
+  }
+  e["at_goodput"] = at;
+  if (!with_points) return e;
+  nlohmann::ordered_json points = nlohmann::ordered_json::array();
+  for (std::size_t s = 0; s < p.points.size(); ++s) {
+    for (const AttainmentPoint& a : p.points[s]) {
+      points.push_back({{"seed", s < seeds.size() ? seeds[s] : 0},
+                        {"rate", a.rate},
+                        {"meets", a.meets},
+                        {"reason", to_string(a.reason)},
+                        {"sustainable", a.sustainable},
+                        {"attainment_pct", a.attainment_pct},
+                        {"chat_pct", a.chat_pct},
+                        {"reasoning_pct", a.reasoning_pct},
+                        {"backlog_mid", a.backlog_mid},
+                        {"backlog_end", a.backlog_end},
+                        {"backlog_work_mid", a.backlog_work_mid},
+                        {"backlog_work_end", a.backlog_work_end},
+                        {"stopped_early", a.stopped_early},
+                        {"scan", a.scan}});
+    }
+  }
+  e["points"] = points;
+  return e;
 }
 
 /// A number for a Markdown table: no more digits than it deserves.

@@ -2,6 +2,7 @@
 // pareto.{json,md}, and the SPEC §5 target checks.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -232,7 +233,20 @@ std::vector<TargetCheck> check_targets(const std::vector<PolicyRuns>& runs) {
 
 std::vector<TargetCheck> check_goodput_targets(const GoodputResult& result) {
   std::vector<TargetCheck> out;
+  {
+    // The ruler's own check: a policy above its physical bound is a bug in the ruler or the bound.
+    std::vector<double> above;
+    for (const PolicyGoodput& p : result.policies) above.push_back(p.above_bound() ? 1.0 : 0.0);
+    TargetCheck t{"policies_above_physical_bound", "== 0", seed_stat({0}), false,
+                  !result.policies.empty(),        false};
+    double count = 0;
+    for (double v : above) count += v;
+    t.value = seed_stat({count});
+    t.met = count == 0;
+    out.push_back(std::move(t));
+  }
   auto ratio = [&](std::string name, PolicyKind base, double goal) {
+    if (result.find(base) == nullptr) return;
     const auto r = result.ratio(PolicyKind::kMeridianNoForcing, base);
     TargetCheck t{std::move(name), fmt::format(">= {}x", goal), {}, false, r.has_value(), false};
     if (r) {
@@ -241,10 +255,34 @@ std::vector<TargetCheck> check_goodput_targets(const GoodputResult& result) {
     }
     out.push_back(std::move(t));
   };
-  ratio("goodput_no_forcing_vs_vllm_fcfs", PolicyKind::kVllmFcfs, 1.5);
-  ratio("goodput_no_forcing_vs_vllm_fcfs_tuned", PolicyKind::kVllmFcfsTuned, 1.2);
-  if (result.find(PolicyKind::kVllmBest) != nullptr) {
-    ratio("goodput_no_forcing_vs_vllm_best", PolicyKind::kVllmBest, 1.0);
+  ratio("goodput_no_forcing_vs_vllm_fcfs", PolicyKind::kVllmFcfs, 1.0);
+  ratio("goodput_no_forcing_vs_vllm_best", PolicyKind::kVllmBest, 1.0);
+  ratio("goodput_no_forcing_vs_pascal", PolicyKind::kPascal, 1.0);
+  if (const PolicyGoodput* nof = result.find(PolicyKind::kMeridianNoForcing)) {
+    TargetCheck t{
+        "goodput_no_forcing_share_of_physical_bound", ">= 0.9", nof->fraction_of_bound, false, true, false};
+    t.met = nof->fraction_of_bound.mean >= 0.9;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+bool WindowAgreement::agree() const noexcept {
+  return std::fabs(ratio - 1.0) * 100.0 <= kWindowAgreementPct + 1e-9;
+}
+
+std::vector<WindowAgreement> window_agreement(const GoodputResult& window, const GoodputResult& doubled) {
+  std::vector<WindowAgreement> out;
+  for (const PolicyGoodput& p : window.policies) {
+    const PolicyGoodput* d = doubled.find(p.policy);
+    if (d == nullptr) continue;
+    WindowAgreement a{p.policy, p.goodput_rps.mean, d->goodput_rps.mean, 1.0};
+    if (a.at_window > 0) {
+      a.ratio = a.at_double / a.at_window;
+    } else if (a.at_double > 0) {
+      a.ratio = std::numeric_limits<double>::infinity();
+    }
+    out.push_back(a);
   }
   return out;
 }
@@ -336,43 +374,37 @@ ordered_json setting_json(const VllmSetting& v) {
 }
 }  // namespace
 
-std::string goodput_json(const GoodputResult& g, const ReportContext& context) {
+std::string goodput_json(const GoodputResult& g, const ReportContext& context, const GoodputResult* doubled) {
   ordered_json j;
-  j["schema_version"] = 1;
+  j["schema_version"] = 2;
   j["context"] = detail::context_json(context);
   j["slo"] = {{"ttft_ms", g.slo.ttft_ms},
               {"ttfv_ms", g.slo.ttfv_ms},
               {"output_tpot_ms", g.slo.output_tpot_ms},
               {"think_tpot_ms", g.slo.think_tpot_ms}};
   j["attainment_target_pct"] = g.slo.attainment_pct;
+  j["ruler"] = detail::ruler_json(g.search.ruler);
   j["rate_unit"] = "new conversations per second (the --arrival-rate unit)";
+  j["window_s"] = g.window_s;
   j["seeds"] = g.seeds;
-  j["search"] = {{"base_rate", g.base_rate},
-                 {"grid_factors", g.search.grid},
-                 {"rel_tolerance", g.search.rel_tolerance},
-                 {"plot_floor_pct", g.search.plot_floor_pct},
-                 {"runs", g.runs},
-                 {"wall_s", g.wall_s}};
+  j["search"] = {
+      {"start", g.search.start_from_bound ? "0.75 of the physical bound (first seed), then the first "
+                                            "seed's goodput"
+                                          : "grid scan from base_rate (first seed), then the first "
+                                            "seed's goodput"},
+      {"base_rate", g.base_rate},
+      {"grid_factors", g.search.grid},
+      {"rel_tolerance", g.search.rel_tolerance},
+      {"plot_floor_pct", g.search.plot_floor_pct},
+      {"vllm_best_finalists", g.search.vllm_best_finalists},
+      {"runs", g.runs},
+      {"wall_s", g.wall_s}};
+  j["physical_bound"] =
+      "the highest rate whose work (the policy's own, per conversation) the cost model's GPU could serve at "
+      "step times the SLO allows with perfect packing and no queueing (docs/replay.md#the-physical-bound)";
   ordered_json policies;
   for (const PolicyGoodput& p : g.policies) {
-    ordered_json e;
-    e["goodput_rps"] = finite(p.goodput_rps.mean);
-    e["ci95"] = {finite(p.goodput_rps.ci_low), finite(p.goodput_rps.ci_high)};
-    e["per_seed"] = p.goodput_rps.per_seed;
-    e["at_least"] = p.at_least;
-    ordered_json points = ordered_json::array();
-    for (std::size_t s = 0; s < p.points.size(); ++s) {
-      for (const AttainmentPoint& a : p.points[s]) {
-        points.push_back({{"seed", g.seeds[s]},
-                          {"rate", a.rate},
-                          {"attainment_pct", a.attainment_pct},
-                          {"chat_pct", a.chat_pct},
-                          {"reasoning_pct", a.reasoning_pct},
-                          {"stopped_early", a.stopped_early},
-                          {"scan", a.scan}});
-      }
-    }
-    e["points"] = points;
+    ordered_json e = detail::policy_goodput_json(p, g.seeds, true);
     if (p.policy == PolicyKind::kVllmBest && g.vllm_best) e["setting"] = setting_json(g.vllm_best->best());
     policies[std::string(to_string(p.policy))] = e;
   }
@@ -381,14 +413,28 @@ std::string goodput_json(const GoodputResult& g, const ReportContext& context) {
     ordered_json sweep = ordered_json::array();
     for (const VllmBestSweep::Entry& entry : g.vllm_best->settings) {
       ordered_json e = setting_json(entry.setting);
-      e["goodput_rps"] = finite(entry.goodput.goodput_rps.mean);
+      e["finalist"] = entry.finalist;
+      e["goodput_rps"] =
+          entry.finalist ? ordered_json(finite(entry.goodput.goodput_rps.mean)) : ordered_json(nullptr);
       e["per_seed"] = entry.goodput.goodput_rps.per_seed;
       e["at_least"] = entry.goodput.at_least;
+      if (entry.screen) {
+        e["screen"] = {{"rate", entry.screen->rate},
+                       {"meets", entry.screen->meets},
+                       {"chat_pct", entry.screen->chat_pct},
+                       {"reasoning_pct", entry.screen->reasoning_pct},
+                       {"backlog_mid", entry.screen->backlog_mid},
+                       {"backlog_end", entry.screen->backlog_end}};
+      }
       sweep.push_back(e);
     }
-    j["vllm_best"] = {{"winner", setting_json(g.vllm_best->best())},
-                      {"rule", "the setting with the highest mean goodput over the seeds"},
-                      {"settings", sweep}};
+    j["vllm_best"] = {
+        {"winner", setting_json(g.vllm_best->best())},
+        {"rule", fmt::format("every setting screened by one run on the first seed at 1.05x vLLM's default "
+                             "goodput there; the {} that fared best and vLLM's default searched on every "
+                             "seed; the winner: the highest mean goodput of those",
+                             g.search.vllm_best_finalists)},
+        {"settings", sweep}};
   }
   ordered_json ratios;
   for (PolicyKind cand : {PolicyKind::kMeridian, PolicyKind::kMeridianNoForcing}) {
@@ -400,29 +446,65 @@ std::string goodput_json(const GoodputResult& g, const ReportContext& context) {
     if (!per.empty()) ratios[std::string(to_string(cand))] = per;
   }
   j["ratios"] = ratios;
+  if (doubled != nullptr) {
+    ordered_json check;
+    check["window_s"] = g.window_s;
+    check["doubled_window_s"] = doubled->window_s;
+    check["agreement_pct"] = kWindowAgreementPct;
+    ordered_json per;
+    bool all = true;
+    for (const WindowAgreement& a : window_agreement(g, *doubled)) {
+      per[std::string(to_string(a.policy))] = {{"goodput_rps", finite(a.at_window)},
+                                               {"doubled_goodput_rps", finite(a.at_double)},
+                                               {"ratio", number(a.ratio)},
+                                               {"agree", a.agree()}};
+      all = all && a.agree();
+    }
+    check["policies"] = per;
+    check["all_agree"] = all;
+    check["doubled"] = ordered_json::parse(goodput_json(*doubled, context));
+    j["window_check"] = check;
+  }
   j["targets"] = targets_json(check_goodput_targets(g));
   return j.dump(1) + "\n";
 }
 
-std::string goodput_markdown(const GoodputResult& g) {
+std::string goodput_markdown(const GoodputResult& g, const GoodputResult* doubled) {
   std::string out = "# Goodput\n\n";
+  const bool sustainable = g.search.ruler == Ruler::kSustainable;
   out += fmt::format(
-      "The highest arrival rate (new conversations/s) at which at least {}% of requests meet their SLO ({}), "
-      "found "
-      "per seed by a grid scan from {} conversations/s and bisection to {:.0f}%; {} seeds ({}), {} runs in "
-      "{:.1f} s. "
-      "Cells: mean [95% interval]; ratios are paired per seed.\n\n",
-      g.slo.attainment_pct, slo_text(g.slo), g.base_rate, 100 * g.search.rel_tolerance, g.seeds.size(),
-      seeds_text(g.seeds), g.runs, g.wall_s);
-  const bool tuned = g.find(PolicyKind::kVllmFcfsTuned) != nullptr;
+      "The highest arrival rate (new conversations/s) {} ({}); {} s of first-turn arrivals per run, found "
+      "per "
+      "seed {} and bisection to {:.0f}%; {} seeds ({}), {} runs in {:.1f} s. "
+      "Cells: mean [95% interval]; ratios are paired per seed. The bound is the physical upper bound for the "
+      "policy's own work (perfect packing, no queueing, steps no longer than the SLO allows).\n\n",
+      sustainable
+          ? fmt::format("the server sustains with each class at >= {}% of its requests within the SLO",
+                        g.slo.attainment_pct)
+          : fmt::format("at which >= {}% of all requests, pooled, meet the SLO (the retired ruler)",
+                        g.slo.attainment_pct),
+      slo_text(g.slo), g.window_s,
+      g.search.start_from_bound
+          ? std::string(
+                "by a scan from 0.75 of the physical bound (the first seed) or from the first seed's goodput")
+          : fmt::format("by a grid scan from {} conversations/s", g.base_rate),
+      100 * g.search.rel_tolerance, g.seeds.size(), seeds_text(g.seeds), g.runs, g.wall_s);
+  if (sustainable) {
+    out +=
+        "Sustainable: every request completes; each class meets the target on its own (conversations started "
+        "after the window's first quarter, the warm-up); those started in its last quarter meet it too; and "
+        "the conversations in progress, and the tokens they have still to generate, are no more over the "
+        "last "
+        "quarter than over the second, within noise (docs/replay.md#the-ruler).\n\n";
+  }
   const bool best = g.find(PolicyKind::kVllmBest) != nullptr;
   out += "| policy | goodput (conv/s) | per seed | × vllm-fcfs |";
-  if (tuned) out += " × vllm-fcfs-tuned |";
   if (best) out += " × vllm-best |";
-  out += "\n|---|---:|---|---:|";
-  if (tuned) out += "---:|";
+  out +=
+      " physical bound (conv/s) | share of bound | at goodput: chat % / reasoning % / pooled % "
+      "|\n|---|---:|---|---:|";
   if (best) out += "---:|";
-  out += "\n";
+  out += "---:|---:|---|\n";
   auto ratio_cell = [&](PolicyKind cand, PolicyKind base) -> std::string {
     const auto r = g.ratio(cand, base);
     if (!r) return "n/a";
@@ -440,29 +522,68 @@ std::string goodput_markdown(const GoodputResult& g) {
     if (p.goodput_rps.per_seed.size() > 1) {
       mean += fmt::format(" [{:.3g}, {:.3g}]", p.goodput_rps.ci_low, p.goodput_rps.ci_high);
     }
+    // The classes at each seed's goodput, averaged over the seeds that have one.
+    double chat = 0;
+    double reasoning = 0;
+    double pooled = 0;
+    int n = 0;
+    for (std::size_t s = 0; s < p.points.size() && s < p.goodput_rps.per_seed.size(); ++s) {
+      for (const AttainmentPoint& pt : p.points[s]) {
+        if (p.goodput_rps.per_seed[s] > 0 && pt.meets && pt.rate == p.goodput_rps.per_seed[s]) {
+          chat += pt.chat_pct;
+          reasoning += pt.reasoning_pct;
+          pooled += pt.attainment_pct;
+          ++n;
+          break;
+        }
+      }
+    }
+    const std::string at = n > 0
+                               ? fmt::format("{:.1f} / {:.1f} / {:.1f}", chat / n, reasoning / n, pooled / n)
+                               : std::string("no rate met");
     out += fmt::format("| {} | {} | {} | {} |", to_string(p.policy), mean, per,
                        ratio_cell(p.policy, PolicyKind::kVllmFcfs));
-    if (tuned) out += fmt::format(" {} |", ratio_cell(p.policy, PolicyKind::kVllmFcfsTuned));
     if (best) out += fmt::format(" {} |", ratio_cell(p.policy, PolicyKind::kVllmBest));
-    out += "\n";
+    out += fmt::format(" {:.3g} | {:.2f}{} | {} |\n", p.upper_bound_rps.mean, p.fraction_of_bound.mean,
+                       p.above_bound() ? " **above the bound: a ruler bug**" : "", at);
   }
   if (g.vllm_best) {
     out += fmt::format(
-        "\nvllm-best is vLLM at `{}`: the highest mean goodput of {} settings "
-        "(max_num_batched_tokens x long_prefill_token_threshold x fcfs/priority):\n\n",
-        g.vllm_best->best().label(), g.vllm_best->settings.size());
+        "\nvllm-best is vLLM at `{}`: of {} settings (max_num_batched_tokens x long_prefill_token_threshold "
+        "x "
+        "fcfs/priority), each screened by one run on the first seed at 1.05x vLLM's default goodput there, "
+        "the "
+        "{} that fared best and vLLM's default were searched on every seed; the winner has the highest mean "
+        "goodput of those:\n\n",
+        g.vllm_best->best().label(), g.vllm_best->settings.size(), g.search.vllm_best_finalists);
     out +=
-        "| max_num_batched_tokens | long_prefill_token_threshold | policy | goodput (conv/s) |\n"
-        "|---:|---:|---|---:|\n";
+        "| max_num_batched_tokens | long_prefill_token_threshold | policy | screen: worst class % (meets) | "
+        "goodput (conv/s) |\n|---:|---:|---|---:|---:|\n";
     for (const VllmBestSweep::Entry& e : g.vllm_best->settings) {
-      out += fmt::format("| {} | {} | {} | {:.3g}{} |\n", e.setting.max_num_batched_tokens,
+      const std::string screen =
+          e.screen ? fmt::format("{:.1f} ({})", std::min(e.screen->chat_pct, e.screen->reasoning_pct),
+                                 e.screen->meets ? "yes" : "no")
+                   : std::string("-");
+      const std::string value =
+          e.finalist ? fmt::format("{:.3g}", e.goodput.goodput_rps.mean) : "screened out";
+      out += fmt::format("| {} | {} | {} | {} | {}{} |\n", e.setting.max_num_batched_tokens,
                          e.setting.long_prefill_token_threshold, e.setting.priority ? "priority" : "fcfs",
-                         e.goodput.goodput_rps.mean, e.setting == g.vllm_best->best() ? " (best)" : "");
+                         screen, value, e.setting == g.vllm_best->best() ? " (best)" : "");
+    }
+  }
+  if (doubled != nullptr) {
+    out += fmt::format(
+        "\n## Window check: {} s against {} s of arrivals\n\n| policy | goodput at {} s | at {} s | ratio | "
+        "within {:.0f}% |\n|---|---:|---:|---:|---|\n",
+        g.window_s, doubled->window_s, g.window_s, doubled->window_s, kWindowAgreementPct);
+    for (const WindowAgreement& a : window_agreement(g, *doubled)) {
+      out += fmt::format("| {} | {:.3g} | {:.3g} | {:.3f} | {} |\n", to_string(a.policy), a.at_window,
+                         a.at_double, a.ratio, a.agree() ? "yes" : "**no**");
     }
   }
   out += "\n| target | goal | measured [95% interval] | met |\n|---|---|---:|---|\n";
   for (const TargetCheck& t : check_goodput_targets(g)) out += target_row(t);
-  out += "\n≥: even the highest rate tried met the target; the value is a lower bound.\n";
+  out += "\n≥: even the highest rate tried met the ruler; the value is a lower bound.\n";
   return out;
 }
 

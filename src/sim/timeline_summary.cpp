@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "meridian/replay_timeline.h"
+#include "meridian/sustainable_ruler.h"
 #include "sim/metrics.h"
 
 namespace meridian::sim {
@@ -16,6 +17,18 @@ namespace {
 float ms(double from_s, double to_s) { return static_cast<float>((to_s - from_s) * 1000.0); }
 
 }  // namespace
+
+std::uint8_t slo_misses(const RequestOutcome& r, const SloParams& slo) noexcept {
+  std::uint8_t missed = 0;
+  if (!r.completed) missed |= kSloMissIncomplete;
+  if (r.ttft_ms < 0 ? r.completed : r.ttft_ms > slo.ttft_ms) missed |= kSloMissTtft;
+  if (slo.ttfv_ms > 0 && r.reasoning && (r.ttfv_ms < 0 ? r.completed : r.ttfv_ms > slo.ttfv_ms)) {
+    missed |= kSloMissTtfv;
+  }
+  if (r.think_tpot_ms >= 0 && r.think_tpot_ms > slo.think_tpot_ms) missed |= kSloMissThinkTpot;
+  if (r.output_tpot_ms >= 0 && r.output_tpot_ms > slo.output_tpot_ms) missed |= kSloMissOutputTpot;
+  return missed;
+}
 
 RequestOutcome timeline_outcome(const RequestTimeline& t, const SloParams& slo) {
   RequestOutcome o;
@@ -39,7 +52,7 @@ RequestOutcome timeline_outcome(const RequestTimeline& t, const SloParams& slo) 
 
 ReplayResult summarize_timelines(const std::vector<RequestTimeline>& requests,
                                  std::vector<float> output_itl_ms, std::vector<float> think_itl_ms,
-                                 const RunTotals& totals, const SloParams& slo) {
+                                 const RunTotals& totals, const SloParams& slo, Ruler ruler) {
   using detail::mean;
   using detail::percentile;
   ReplayResult out;
@@ -107,6 +120,19 @@ ReplayResult summarize_timelines(const std::vector<RequestTimeline>& requests,
   put("slo_attainment_pct", pct(met[0] + met[1], all));
   put("slo_attainment_chat_pct", pct(met[0], total[0]));
   put("slo_attainment_reasoning_pct", pct(met[1], total[1]));
+  out.verdict = judge_run(requests, totals.arrival_window_end_s, slo, ruler);
+  const RunVerdict& v = out.verdict;
+  put("meets_ruler", v.meets ? 1 : 0);
+  put("sustainable", v.sustainable() ? 1 : 0);
+  put("late_attainment_chat_pct", v.chat.late_pct());
+  put("late_attainment_reasoning_pct", v.reasoning.late_pct());
+  put("backlog_mid", v.backlog.mid);
+  put("backlog_end", v.backlog.end);
+  put("backlog_growth_pct", v.backlog.growth_pct());
+  put("backlog_work_mid", v.backlog.work_mid);
+  put("backlog_work_end", v.backlog.work_end);
+  put("backlog_work_growth_pct", v.backlog.work_growth_pct());
+  put("drain_s", makespan_s > totals.arrival_window_end_s ? makespan_s - totals.arrival_window_end_s : 0);
   put("slo_miss_ttft_pct", pct(misses[1], all));
   put("slo_miss_ttfv_pct", pct(misses[2], all));
   put("slo_miss_output_tpot_pct", pct(misses[4], all));
@@ -131,12 +157,12 @@ ReplayResult summarize_timelines(const std::vector<RequestTimeline>& requests,
   put("output_itl_p50_ms", percentile(output_itl_ms, 50));
   put("output_itl_p95_ms", percentile(output_itl_ms, 95));
   put("output_itl_p99_ms", percentile(output_itl_ms, 99));
-  put("output_itl_max_ms", output_itl_ms.empty() ? 0 : output_itl_ms.back());
+  put("output_itl_max_ms", detail::max_of(output_itl_ms));
   put("think_tpot_p50_ms", percentile(think_tpot, 50));
   put("think_tpot_p90_ms", percentile(think_tpot, 90));
   put("think_tpot_p99_ms", percentile(think_tpot, 99));
   put("think_itl_p99_ms", percentile(think_itl_ms, 99));
-  put("think_itl_max_ms", think_itl_ms.empty() ? 0 : think_itl_ms.back());
+  put("think_itl_max_ms", detail::max_of(think_itl_ms));
   put("e2e_p50_ms", percentile(e2e, 50));
   put("e2e_p95_ms", percentile(e2e, 95));
   put("think_tokens_avg", mean(think_counts));
@@ -183,6 +209,8 @@ ReplayResult summarize_timelines(const std::vector<RequestTimeline>& requests,
   out.think_tpot_ms = std::move(think_tpot);
   out.e2e_ms = std::move(e2e);
   out.stopped_early = totals.stopped_early;
+  out.think_tokens.reserve(requests.size());
+  for (const RequestTimeline& t : requests) out.think_tokens.push_back(t.think_tokens);
   return out;
 }
 

@@ -151,8 +151,10 @@ TEST(ReplayParams, ArrivalRateIsBoundedByTheRequestsItWouldGenerate) {
     ASSERT_EQ(e.issues().size(), 1U);
     EXPECT_EQ(e.issues()[0].path, "workload.arrival_rate");
   }
-  p.workload.arrival_rate = 1000;  // 1.2 M expected requests: allowed
+  p.workload.arrival_rate = 600;  // 4.3 M expected requests over the default hour: allowed
   EXPECT_NO_THROW(validate(p));
+  p.workload.arrival_rate = 1000;  // 7.2 M: refused
+  EXPECT_THROW(validate(p), ConfigError);
   p.workload.arrival_rate = 1e6;
   p.workload.duration_s = 1;
   EXPECT_THROW(validate(p), ConfigError);  // above the 10 000 /s field bound

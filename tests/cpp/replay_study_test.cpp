@@ -25,6 +25,15 @@ double step_ms(const RooflineCostModel& m, double tokens, double context) {
   return m.step_ms(s);
 }
 
+// A search probe: the run at `rate` meets the ruler or not.
+AttainmentPoint probe(double rate, bool meets) {
+  AttainmentPoint p;
+  p.rate = rate;
+  p.meets = meets;
+  p.attainment_pct = meets ? 95.0 : 40.0;
+  return p;
+}
+
 RequestSpec chat(std::uint64_t id, double arrival_s, std::uint32_t prompt, std::uint32_t answer) {
   RequestSpec r;
   r.id = id;
@@ -128,11 +137,8 @@ TEST(GoodputSearch, BisectsAStepFunctionToTheTolerance) {
   for (double capacity : {0.3, 1.0, 3.3, 7.9}) {
     std::vector<AttainmentPoint> points;
     bool at_least = true;
-    const double g = search_goodput(
-        [&](double rate, bool) {
-          return AttainmentPoint{rate, rate <= capacity ? 95.0 : 40.0, 0, 0, false};
-        },
-        2.0, 90, search, points, &at_least);
+    const double g = search_goodput([&](double rate, bool) { return probe(rate, rate <= capacity); }, 2.0,
+                                    search, points, &at_least);
     EXPECT_FALSE(at_least) << capacity;
     EXPECT_LE(g, capacity) << capacity;
     EXPECT_GE(g, capacity * (1 - search.rel_tolerance) - 1e-12) << capacity;
@@ -142,11 +148,8 @@ TEST(GoodputSearch, BisectsAStepFunctionToTheTolerance) {
   {
     std::vector<AttainmentPoint> points;
     bool at_least = true;
-    const double g = search_goodput(
-        [](double rate, bool) {
-          return AttainmentPoint{rate, rate <= 21.0 ? 95.0 : 40.0, 0, 0, false};
-        },
-        2.0, 90, search, points, &at_least);
+    const double g = search_goodput([](double rate, bool) { return probe(rate, rate <= 21.0); }, 2.0, search,
+                                    points, &at_least);
     EXPECT_FALSE(at_least);
     EXPECT_LE(g, 21.0);
     EXPECT_GE(g, 21.0 * (1 - search.rel_tolerance) - 1e-12);
@@ -154,11 +157,8 @@ TEST(GoodputSearch, BisectsAStepFunctionToTheTolerance) {
   // Never failing: the highest rate tried (the grid's top doubled 5 times), flagged as a lower bound.
   std::vector<AttainmentPoint> points;
   bool at_least = false;
-  const double g = search_goodput(
-      [](double rate, bool) {
-        return AttainmentPoint{rate, 100, 0, 0, false};
-      },
-      2.0, 90, search, points, &at_least);
+  const double g =
+      search_goodput([](double rate, bool) { return probe(rate, true); }, 2.0, search, points, &at_least);
   EXPECT_TRUE(at_least);
   EXPECT_DOUBLE_EQ(g, 2.0 * search.grid.back() * 32);
 }
@@ -172,9 +172,9 @@ TEST(GoodputSearch, ASeededSearchFindsTheKneeEitherSideOfItsStartInFewRuns) {
     const double g = seeded_search(
         [&](double rate, bool) {
           tried.push_back(rate);
-          return AttainmentPoint{rate, rate <= capacity ? 95.0 : 40.0, 0, 0, false};
+          return probe(rate, rate <= capacity);
         },
-        5.0, 90, search, points, &at_least);
+        5.0, search, points, &at_least);
     EXPECT_FALSE(at_least) << capacity;
     EXPECT_LE(g, capacity) << capacity;
     EXPECT_GE(g, capacity * (1 - search.rel_tolerance) - 1e-12) << capacity;
@@ -221,24 +221,39 @@ TEST(GoodputSearch, FindsTheCapacityOfALoadKnownByConstruction) {
 }
 
 TEST(GoodputSearch, EarlyStopDecidesOnlyWhatIsAlreadyDecided) {
-  ReplayParams params;
-  params.workload.arrival_rate = 8;  // far above capacity
-  params.workload.duration_s = 60;
-  const Workload w = generate_workload(params.workload, 3);
-  ReplayOptions o;
-  o.policy = PolicyKind::kVllmFcfs;
-  o.params = params;
-  o.stop_after_slo_misses = w.requests.size() / 10;
-  const ReplayResult stopped = run_replay(w, o);
-  EXPECT_TRUE(stopped.stopped_early);
-  EXPECT_EQ(stopped.metric("stopped_early"), 1);
-  EXPECT_LT(stopped.metric("slo_attainment_pct"), 90);
-  o.stop_after_slo_misses = 0;
-  const ReplayResult full = run_replay(w, o);
-  EXPECT_FALSE(full.stopped_early);
-  EXPECT_LT(full.metric("slo_attainment_pct"), 90);  // the same verdict
-  EXPECT_EQ(full.metric("completed") + full.metric("aborted") + full.metric("unfinished"),
-            full.metric("arrived"));
+  for (const Ruler ruler : {Ruler::kSustainable, Ruler::kPooledWindow}) {
+    for (const double rate : {8.0, 2.6, 1.0}) {  // far above capacity, just above it (a backlog), below it
+      ReplayParams params;
+      params.workload.arrival_rate = rate;
+      params.workload.duration_s = rate > 2 ? 300 : 120;
+      const Workload w = generate_workload(params.workload, 3);
+      ReplayOptions o;
+      o.policy = PolicyKind::kMeridianNoForcing;
+      o.params = params;
+      o.ruler = ruler;
+      o.stop_when_decided = true;
+      const ReplayResult stopped = run_replay(w, o);
+      o.stop_when_decided = false;
+      const ReplayResult full = run_replay(w, o);
+      EXPECT_FALSE(full.stopped_early);
+      EXPECT_EQ(full.metric("completed") + full.metric("aborted") + full.metric("unfinished"),
+                full.metric("arrived"));
+      // A stop is only ever the verdict the full run reaches, for the rule the full run breaks.
+      EXPECT_EQ(stopped.verdict.meets, full.verdict.meets) << to_string(ruler) << " at " << rate;
+      if (stopped.stopped_early) {
+        EXPECT_EQ(stopped.metric("stopped_early"), 1);
+        EXPECT_FALSE(full.verdict.meets);
+        EXPECT_EQ(stopped.metric("meets_ruler"), 0);
+        EXPECT_LT(stopped.metric("makespan_s"), full.metric("makespan_s"));
+        if (stopped.verdict.reason == VerdictReason::kBacklogGrowing) {
+          EXPECT_TRUE(full.verdict.backlog.growing());
+          EXPECT_DOUBLE_EQ(stopped.verdict.backlog.end, full.verdict.backlog.end);
+        }
+      } else {
+        EXPECT_EQ(stopped.verdict.reason, full.verdict.reason);
+      }
+    }
+  }
 }
 
 TEST(SeedStats, MeanAndStudentInterval) {

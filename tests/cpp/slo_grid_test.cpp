@@ -11,11 +11,11 @@
 namespace meridian::sim {
 namespace {
 
-TEST(SloGrid, SetsAreTheGridThenTheDefaultThenTheDefaultWithTtfv) {
+TEST(SloGrid, SetsAreTheGridThenTheDefaultThenTheDefaultWithTtfvThenMlperfs) {
   SloParams base;
   base.attainment_pct = 95;
   const std::vector<SloSet> sets = slo_grid_sets(base);
-  ASSERT_EQ(sets.size(), 10U);
+  ASSERT_EQ(sets.size(), 12U);
   std::vector<std::vector<double>> grid;
   for (std::size_t i = 0; i < 8; ++i) {
     grid.push_back({sets[i].slo.ttft_ms, sets[i].slo.output_tpot_ms, sets[i].slo.think_tpot_ms});
@@ -35,6 +35,19 @@ TEST(SloGrid, SetsAreTheGridThenTheDefaultThenTheDefaultWithTtfv) {
   EXPECT_EQ(sets[8].slo.ttft_ms, base.ttft_ms);
   EXPECT_EQ(sets[9].slo.ttfv_ms, 60000);
   EXPECT_EQ(sets[9].slo.output_tpot_ms, base.output_tpot_ms);
+  // MLPerf Inference's DeepSeek-R1 sets (loadgen mlperf.conf): the 99th percentile, TPOT over
+  // every output token, reasoning included.
+  EXPECT_EQ(sets[10].label, "mlperf deepseek-r1 server");
+  EXPECT_EQ(sets[10].slo.ttft_ms, 2000);
+  EXPECT_EQ(sets[10].slo.output_tpot_ms, 80);
+  EXPECT_EQ(sets[10].slo.think_tpot_ms, 80);
+  EXPECT_EQ(sets[10].slo.attainment_pct, 99);
+  EXPECT_EQ(sets[11].label, "mlperf deepseek-r1 interactive");
+  EXPECT_EQ(sets[11].slo.ttft_ms, 1500);
+  EXPECT_EQ(sets[11].slo.output_tpot_ms, 15);
+  EXPECT_EQ(sets[11].slo.think_tpot_ms, 15);
+  EXPECT_EQ(sets[11].slo.attainment_pct, 99);
+  EXPECT_EQ(sets[11].slo.ttfv_ms, 0);
 }
 
 PolicyGoodput goodput(PolicyKind policy, std::vector<double> per_seed) {
