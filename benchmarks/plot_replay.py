@@ -213,32 +213,43 @@ def plot_load_sweep(sweep: Json, order: list[str], out_dir: pathlib.Path) -> Non
 
 
 def plot_goodput(goodput: Json, order: list[str], out_dir: pathlib.Path) -> None:
-    """Attainment vs rate (mean over the seeds that ran each scan rate) and the goodput marks."""
+    """The worst class's attainment vs rate on the grid scan (a cross where the run does not meet
+    the ruler), the goodput marks and, dashed, each policy's physical bound."""
     fig, ax = plt.subplots(figsize=FIGSIZE)
     target = float(goodput.get("attainment_target_pct", 90))
     for policy, entry in goodput.get("policies", {}).items():
-        # Scan points (the grid and its doublings) are at the same rates for every seed.
-        by_rate: dict[float, list[float]] = {}
+        # Every run the search made: grid-scan points line up across seeds; seeded searches' do not,
+        # so each rate is the mean of whatever ran there.
+        by_rate: dict[float, list[tuple[float, bool]]] = {}
         for p in entry.get("points", []):
-            if p.get("scan"):
-                by_rate.setdefault(round(float(p["rate"]), 9), []).append(float(p["attainment_pct"]))
+            if p.get("rate", 0) > 0:
+                worst = min(float(p.get("chat_pct", p["attainment_pct"])),
+                            float(p.get("reasoning_pct", p["attainment_pct"])))
+                by_rate.setdefault(round(float(p["rate"]), 9), []).append((worst, bool(p.get("meets", True))))
         if not by_rate:
             continue
         xs = sorted(by_rate)
-        ys = [sum(by_rate[x]) / len(by_rate[x]) for x in xs]
+        ys = [sum(v for v, _ in by_rate[x]) / len(by_rate[x]) for x in xs]
         style = line_style(policy, order)
         low, high = entry.get("ci95", [entry["goodput_rps"]] * 2)
         style["label"] = f"{policy}: goodput {entry['goodput_rps']:.2f} [{low:.2f}, {high:.2f}]"
-        ax.plot(xs, ys, marker="o", markersize=4, **style)
+        ax.plot(xs, ys, marker="o", markersize=3, **style)
+        fails = [(x, y) for x, y in zip(xs, ys) if not all(m for _, m in by_rate[x])]
+        if fails:
+            ax.plot(*zip(*fails), linestyle="none", marker="x", markersize=7, color=style["color"])
         ax.axvline(entry["goodput_rps"], color=style["color"], linestyle=":", linewidth=1.0)
+        bound = entry.get("upper_bound_rps", {}).get("mean") if isinstance(entry.get("upper_bound_rps"), dict) else None
+        if bound:
+            ax.axvline(bound, color=style["color"], linestyle="--", linewidth=0.6)
     ax.axhline(target, color="black", linestyle="--", linewidth=1.0)
     ax.set_ylim(0, 101)
     if ax.get_legend_handles_labels()[0]:
         ax.set_xscale("log")  # rates span a factor of ~100 across policies
     slo = goodput.get("slo", {})
-    finish_axes(ax, f"SLO attainment vs load (TTFT ≤ {slo.get('ttft_ms')} ms, output TPOT ≤ "
+    finish_axes(ax, f"Worst class's SLO attainment vs load (TTFT ≤ {slo.get('ttft_ms')} ms, output TPOT ≤ "
                 f"{slo.get('output_tpot_ms')} ms, think TPOT ≤ {slo.get('think_tpot_ms')} ms; "
-                f"target {target:g}%)", "arrival rate (new conversations/s)", "requests meeting the SLO (%)")
+                f"target {target:g}%; ×: not sustainable or below; dashed: physical bound)",
+                "arrival rate (new conversations/s)", "requests of the worst class meeting the SLO (%)")
     save(fig, out_dir, "goodput.png")
 
 

@@ -295,6 +295,52 @@ def test_goodput_and_fidelity_reports(tmp_path):
     assert "## Each correction: worst error before → after" in md and "vllm-async vs vllm-fcfs (async)" in md
 
 
+def test_the_engine_replay_judges_its_runs_by_the_simulators_ruler():
+    """One rule in C++ for both replays: an engine run's verdict is sim.judge_run on its timelines,
+    and a run stopped once its verdict is decided reaches the verdict of the full run."""
+    p = sim.parse_replay_params(SHORT, "<test>")
+    p.workload.duration_s = 6
+    job = study.Job(p.to_toml(), "vllm-async", 42, 0.0)
+    for rate in (2.0, 400.0):  # well inside capacity; far past it
+        full = study.run_once(job, rate)
+        stopped = study.run_once(job, rate, stop_when_decided=True)
+        assert full["verdict"]["meets"] == stopped["verdict"]["meets"], rate
+        assert full["stopped_early"] == 0
+        assert full["upper_bound_rps"] > 0
+        if stopped["stopped_early"]:
+            assert not full["verdict"]["meets"] and stopped["verdict"]["reason"] != "met"
+            assert stopped["makespan_s"] <= full["makespan_s"]
+    assert study.run_once(job, 2.0)["verdict"]["meets"]
+    assert not study.run_once(job, 400.0)["verdict"]["meets"]
+    # The same timelines judged directly: one rule, not two.
+    p.workload.arrival_rate = 2.0
+    result, engine, _ = run("vllm-async", p)
+    direct = sim.judge_run(engine._timelines(), engine.window_end, p.slo)
+    assert direct == result.verdict
+    assert result.metrics["meets_ruler"] == (1.0 if direct["meets"] else 0.0)
+
+
+def test_window_check_and_physical_bound_in_the_goodput_report(tmp_path):
+    config = tmp_path / "replay.toml"
+    config.write_text(SHORT)
+    out = tmp_path / "out"
+    r = cli("--out-dir", str(out), "--config", str(config), "--duration-s", "4", "--seeds", "1",
+            "--arms", "vllm-async", "--jobs", "1", "--goodput", "--window-check")
+    assert r.returncode == 0, r.stderr[-3000:]
+    goodput = json.loads((out / "goodput.json").read_text())
+    assert goodput["ruler"] == "sustainable" and goodput["window_s"] == 4
+    entry = goodput["policies"]["vllm-async"]
+    assert entry["upper_bound_rps"]["mean"] > 0 and not entry["above_bound"]
+    assert entry["fraction_of_bound"]["mean"] == pytest.approx(entry["goodput_rps"] / entry["upper_bound_rps"]["mean"])
+    check = goodput["window_check"]
+    assert check["doubled_window_s"] == 8 and set(check["policies"]) == {"vllm-async"}
+    c = check["policies"]["vllm-async"]
+    assert c["doubled_goodput_rps"] > 0 and c["agree"] == (abs(c["ratio"] - 1) <= 0.05)
+    assert "## Window check: 4 s against 8 s of arrivals" in (out / "goodput.md").read_text()
+    bad = cli("--out-dir", str(tmp_path / "x"), "--window-check")
+    assert bad.returncode == 2 and "--window-check" in bad.stderr
+
+
 def test_vllm_best_arm_runs_the_setting_and_reports_meridians_ratio_to_it(tmp_path):
     """vllm-best-async: vLLM's stock async scheduler with a setting of the vllm-best grid (here
     named; by default the simulator's search picks it), searched like any arm, with

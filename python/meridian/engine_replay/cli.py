@@ -1,11 +1,13 @@
 """`meridian engine-replay`: the replay's workloads through vLLM's real
 scheduler classes on the simulator's clock (docs/replay.md#engine-in-the-loop-replay).
 
-  meridian engine-replay --out-dir DIR [--goodput] [--fidelity] [--workload KIND] [--seeds N]
-                         [--duration-s S] [--rate R] [--arms A,B] [--config replay.toml] [--jobs N]
+  meridian engine-replay --out-dir DIR [--goodput [--window-check]] [--fidelity] [--workload KIND]
+                         [--seeds N] [--duration-s S] [--rate R] [--arms A,B] [--config replay.toml]
+                         [--ruler sustainable|pooled-window] [--jobs N]
 
 Writes DIR/ab-report.{json,md} (every arm at --rate), with --goodput DIR/goodput.{json,md}
-(each arm's goodput per seed beside the simulator's model of it), with --fidelity
+(each arm's goodput per seed on the sustainable ruler beside the simulator's model of it, and its
+physical bound; with --window-check the same search over twice the window beside it), with --fidelity
 DIR/fidelity.{json,md} (the simulator's error against each arm at 0.5x/0.9x/1.1x of the
 simulator's vllm-fcfs goodput). The same arguments give the same reports.
 """
@@ -33,7 +35,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--workload", help="workload kind (mixed, long-think, long-prompt, seeds-mix)")
     p.add_argument("--seed", type=int, default=42, help="first seed (default 42)")
     p.add_argument("--seeds", type=int, default=2, help="number of seeds from --seed (default 2)")
-    p.add_argument("--duration-s", type=float, default=120.0, help="seconds of first-turn arrivals (default 120)")
+    p.add_argument("--duration-s", type=float, default=study.DEFAULT_DURATION_S,
+                   help=f"seconds of first-turn arrivals (default {study.DEFAULT_DURATION_S:g})")
     p.add_argument("--rate", type=float, help="conversations per second for ab-report (default: [workload])")
     p.add_argument("--arms", default=",".join(study.DEFAULT_ARMS),
                    help=f"comma-separated, of {', '.join(study.ARMS)} (default: all but vllm-best-async)")
@@ -41,6 +44,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="the vllm-best-async arm's setting, a label of the vllm-best grid (default: the simulator's "
                         "vllm-best search on these seeds picks it)")
     p.add_argument("--goodput", action="store_true", help="search each arm's goodput, seeded from the simulator's")
+    p.add_argument("--window-check", action="store_true",
+                   help="with --goodput: search again over twice the window and report whether each arm's goodput "
+                        "agrees within 5%%")
+    p.add_argument("--ruler", choices=("sustainable", "pooled-window"), default="sustainable",
+                   help="what a goodput rate must meet (default sustainable; pooled-window: the retired ruler)")
     p.add_argument("--fidelity", action="store_true", help="the simulator against the engine at 0.5x/0.9x/1.1x")
     p.add_argument("--scheduler-cpu-ms", type=float, default=0.0,
                    help="CPU ms a lockstep arm adds to every step (default 0: the roofline's overhead_ms covers it)")
@@ -59,6 +67,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             args.setting = study.parse_setting(args.vllm_best_setting)
         except ValueError as e:
             p.error(str(e))
+    if args.window_check and not args.goodput:
+        p.error("--window-check repeats the goodput search over twice the window: it needs --goodput")
     if "vllm-best-async" in arms and args.fidelity:
         p.error("--fidelity: the vllm-best-async arm has no fidelity study (its model is a search over settings); "
                 "drop it from --arms")
@@ -125,34 +135,18 @@ def main(argv: list[str] | None = None) -> int:
         "max_num_seqs": params.engine.max_num_seqs, "max_num_batched_tokens": params.engine.max_num_batched_tokens,
     }
     rate = params.workload.arrival_rate
+    context["ruler"] = args.ruler
     print(f"engine-replay: {len(args.arm_list)} arms x {len(seeds)} seeds at {rate:g} conv/s, "
           f"{params.workload.kind}, {params.workload.duration_s:g} s of arrivals", file=sys.stderr)
     fidelity = args.fidelity
-    sim_goodput: dict[str, list[float]] = {}
-    if args.goodput or fidelity:
-        sim_goodput = study.simulator_goodput(params, seeds, args.arm_list)
-    setting = args.setting
-    if "vllm-best-async" in args.arm_list:
-        if setting is None:
-            setting, best_goodput = study.find_vllm_best(params, seeds)
-        elif args.goodput:
-            best_goodput = study.setting_goodput(params, setting, seeds)
-        if args.goodput:
-            sim_goodput[study.sim_goodput_key("vllm-best-async")] = best_goodput
+    sim_goodput, setting = _simulator_side(params, seeds, args, needed=args.goodput or fidelity)
+    if setting is not None:
         context["vllm_best_setting"] = study.vllm_setting(setting).label()
         print(f"engine-replay: vllm-best-async runs {context['vllm_best_setting']}", file=sys.stderr)
     if sim_goodput:
         context["simulator_goodput_rps"] = sim_goodput
     # One worker per (arm, seed): its A/B run, fidelity runs and goodput search share full runs.
-    tasks = []
-    # The meridian arms first: their searches reach the highest rates, so the longest jobs start
-    # at once and the others fill the workers around them.
-    for arm in sorted(args.arm_list, key=lambda a: not a.startswith("meridian")):
-        for i, seed in enumerate(seeds):
-            loads = tuple(load * sim_goodput["vllm-fcfs"][i] for load in study.FIDELITY_LOADS) if fidelity else ()
-            base = sim_goodput[study.sim_goodput_key(arm)][i] if args.goodput else None
-            job = study.Job(toml, arm, seed, args.scheduler_cpu_ms, setting if arm == "vllm-best-async" else None)
-            tasks.append(study.ArmTask(job, rate, loads, base))
+    tasks = _tasks(toml, seeds, args, setting, sim_goodput, rate, fidelity)
     results = study.pool_map(study.arm_task, tasks, args.jobs)
     runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in args.arm_list}
     for task, r in zip(tasks, results, strict=True):
@@ -160,7 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     write_json_md(args.out_dir / "ab-report", *ab_report(runs, context, rate))
     goodput = None
     if args.goodput:
-        goodput, md = goodput_report([r["search"] for r in results], sim_goodput, seeds, context)
+        doubled = None
+        if args.window_check:  # the same search over twice the window (no A/B or fidelity runs)
+            twice = sim.parse_replay_params(toml, "<engine-replay>")
+            twice.workload.duration_s = 2 * params.workload.duration_s
+            twice_goodput, _ = _simulator_side(twice, seeds, args, needed=True, setting=setting)
+            twice_tasks = _tasks(twice.to_toml(), seeds, args, setting, twice_goodput, None, False)
+            doubled = {"duration_s": twice.workload.duration_s, "simulator": twice_goodput,
+                       "searches": [r["search"] for r in study.pool_map(study.arm_task, twice_tasks, args.jobs)]}
+        goodput, md = goodput_report([r["search"] for r in results], sim_goodput, seeds, context, doubled)
         write_json_md(args.out_dir / "goodput", goodput, md)
     if fidelity:
         engine = [(t.job.arm, t.job.seed, load, m) for t, r in zip(tasks, results, strict=True)
@@ -171,6 +173,40 @@ def main(argv: list[str] | None = None) -> int:
     print(f"engine-replay: reports in {args.out_dir} ({context['wall_s']:.0f} s)", file=sys.stderr)
     print((args.out_dir / "ab-report.md").read_text())
     return 0
+
+
+def _simulator_side(params: Any, seeds: list[int], args: argparse.Namespace, *, needed: bool,
+                    setting: tuple[int, int, bool] | None = None) -> tuple[dict[str, list[float]],
+                                                                           tuple[int, int, bool] | None]:
+    """The simulator's goodput for each arm's model (what each engine search starts from), and the
+    vllm-best-async arm's setting (the simulator's vllm-best search picks it unless given)."""
+    sim_goodput: dict[str, list[float]] = {}
+    if needed:
+        sim_goodput = study.simulator_goodput(params, seeds, args.arm_list, args.ruler)
+    setting = setting if setting is not None else args.setting
+    if "vllm-best-async" in args.arm_list:
+        if setting is None:
+            setting, best_goodput = study.find_vllm_best(params, seeds, args.ruler)
+        elif args.goodput:
+            best_goodput = study.setting_goodput(params, setting, seeds, args.ruler)
+        if args.goodput:
+            sim_goodput[study.sim_goodput_key("vllm-best-async")] = best_goodput
+    return sim_goodput, setting
+
+
+def _tasks(toml: str, seeds: list[int], args: argparse.Namespace, setting: tuple[int, int, bool] | None,
+           sim_goodput: dict[str, list[float]], rate: float | None, fidelity: bool) -> list[study.ArmTask]:
+    """One task per (arm, seed). The meridian arms first: their searches reach the highest rates, so the
+    longest jobs start at once and the others fill the workers around them."""
+    tasks = []
+    for arm in sorted(args.arm_list, key=lambda a: not a.startswith("meridian")):
+        for i, seed in enumerate(seeds):
+            loads = tuple(load * sim_goodput["vllm-fcfs"][i] for load in study.FIDELITY_LOADS) if fidelity else ()
+            base = sim_goodput[study.sim_goodput_key(arm)][i] if args.goodput else None
+            job = study.Job(toml, arm, seed, args.scheduler_cpu_ms, setting if arm == "vllm-best-async" else None,
+                            args.ruler)
+            tasks.append(study.ArmTask(job, rate, loads, base))
+    return tasks
 
 
 def _vllm_version() -> str:

@@ -53,13 +53,17 @@ class _Times:
     """A request's times, kept in Python while it runs (a C++ RequestTimeline's attributes cost a
     call each, and this is touched for every token); sim() builds the RequestTimeline."""
 
-    __slots__ = ("reasoning", "arrival_s", "first_token_s", "first_visible_s", "think_end_s", "last_token_s",
-                 "finish_s", "think_tokens", "answer_tokens", "natural_think_tokens", "completed")
+    __slots__ = ("reasoning", "arrival_s", "conversation_arrival_s", "conversation_id", "first_token_s",
+                 "first_visible_s", "think_end_s", "last_token_s", "finish_s", "think_tokens", "answer_tokens",
+                 "natural_think_tokens", "natural_answer_tokens", "completed")
 
-    def __init__(self, reasoning: bool, arrival_s: float, natural_think_tokens: int) -> None:
-        self.reasoning = reasoning
+    def __init__(self, spec: Any, arrival_s: float, watch: Any) -> None:
+        self.reasoning = bool(spec.reasoning)
         self.arrival_s = arrival_s
-        self.natural_think_tokens = natural_think_tokens
+        self.conversation_arrival_s = watch.conversation_start(spec.id)
+        self.conversation_id = watch.conversation_id(spec.id)
+        self.natural_think_tokens = int(spec.think_tokens)
+        self.natural_answer_tokens = int(spec.answer_tokens)
         self.first_token_s = self.first_visible_s = self.think_end_s = self.last_token_s = self.finish_s = -1.0
         self.think_tokens = self.answer_tokens = 0
         self.completed = False
@@ -87,6 +91,8 @@ class RunResult:
     metrics: dict[str, float]
     attainment: tuple[float, float, float]
     stopped_early: bool
+    verdict: dict[str, Any]  # the run judged by the ruler (sim.judge_run's fields)
+    think_tokens: list[int]  # per request (index i: request i + 1), what it emitted: the bound's work
     schedule_s: float  # wall time inside vLLM's schedule() + update_from_output()
     driver_s: float  # wall time of the rest of the loop (outputs, costing, bookkeeping)
     extra: dict[str, float] = field(default_factory=dict)
@@ -98,7 +104,7 @@ class EngineRun:
     does not overlap with the GPU (0: the roofline's overhead_ms stands for it)."""
 
     def __init__(self, arm: Arm, scheduler: Any, params: Any, requests: list[Any], *, clock: Any,
-                 scheduler_cpu_ms: float = 0.0, stop_after_misses: int = 0, stop_after_met: int = 0) -> None:
+                 scheduler_cpu_ms: float = 0.0, ruler: str = "sustainable", stop_when_decided: bool = False) -> None:
         self.arm = arm
         self.sched = scheduler
         self.params = params
@@ -107,11 +113,16 @@ class EngineRun:
         self.requests = requests
         self.clock = clock
         self.scheduler_cpu_s = scheduler_cpu_ms / 1000.0 if not arm.two_in_flight else 0.0
-        # The goodput search needs only the verdict: a run stops once more requests missed their
-        # SLO than the target allows, or once enough met it that the rest cannot matter.
-        self.stop_after_misses = stop_after_misses
-        self.stop_after_met = stop_after_met
-        self.met = 0
+        # The goodput search needs only the verdict: a run stops once it cannot meet the ruler (the
+        # C++ VerdictWatch the simulator's engine uses: a class past its allowed misses, a request turned
+        # away, or a backlog that grew by the time the first turns stop arriving).
+        self.ruler = ruler
+        self.stop_when_decided = stop_when_decided
+        self.watch = sim.VerdictWatch(requests, params.slo, ruler)
+        self.missed_ids: set[int] = set()
+        self.first_turns_left = sum(1 for r in requests if not r.after)
+        self.backlog_checked = False
+        self.stop_reason = ""
         self.live: dict[str, _Live] = {}
         self.by_id = {r.id: r for r in requests}
         self.children: dict[int, list[Any]] = {}
@@ -124,7 +135,6 @@ class EngineRun:
         self.totals = sim.RunTotals()
         self.output_itl: list[float] = []
         self.think_itl: list[float] = []
-        self.misses = 0
         self.rejected = 0
         self.window_end = max((r.arrival_s for r in requests if not r.after), default=0.0)
         self.window_tokens = 0
@@ -141,7 +151,9 @@ class EngineRun:
         while self.arrivals and self.arrivals[0][0] <= now:
             at, rid = heapq.heappop(self.arrivals)
             spec = self.by_id[rid]
-            timeline = _Times(bool(spec.reasoning), at, int(spec.think_tokens))
+            if not spec.after:
+                self.first_turns_left -= 1
+            timeline = _Times(spec, at, self.watch)
             parent = self.prompts.get(spec.after) if spec.after else None
             plan = TokenPlan(spec, parent)
             key = str(rid)
@@ -150,7 +162,8 @@ class EngineRun:
             held = len(self.sched.waiting) + len(self.sched.running)
             if held >= self.params.engine.max_num_seqs + _MAX_WAITING:
                 self.rejected += 1
-                self._missed()
+                self.watch.dropped()
+                self._missed(rid)
                 continue
             # EOS ends the request, as in serving (max_tokens is the room left, not the natural
             # length): with two steps in flight vLLM then schedules it once more after its EOS.
@@ -161,18 +174,29 @@ class EngineRun:
                           arrival_time=at, block_hasher=self.block_hasher, priority=int(spec.priority))
             self.sched.add_request(req)
 
-    def _missed(self) -> None:
-        self.misses += 1
+    def _missed(self, rid: int) -> None:
+        if rid not in self.missed_ids:  # each request counts once
+            self.missed_ids.add(rid)
+            self.watch.missed(rid)
+
+    def _decided(self) -> bool:
+        """Whether the run can no longer meet the ruler (stop_when_decided); self.stop_reason says why."""
+        reason = self.watch.decided()
+        if reason is None and not self.backlog_checked and self.first_turns_left == 0:
+            self.backlog_checked = True  # the window's arrivals are all in: the backlog rule is final
+            if self.watch.backlog_grew(self._timelines(), self.window_end):
+                reason = "backlog growing"
+        if reason is not None:
+            self.stop_reason = reason
+        return reason is not None
 
     def _finish(self, key: str, live: _Live, t: float) -> None:
         tl = live.timeline
         tl.finish_s = t
         tl.completed = tl.answer_tokens >= live.spec.answer_tokens
         self.last_finish = max(self.last_finish, t)
-        if sim_meets(tl.sim(), self.slo):
-            self.met += 1
-        else:
-            self._missed()
+        if not sim_meets(tl.sim(), self.slo):
+            self._missed(live.spec.id)
         for child in self.children.get(live.spec.id, ()):
             heapq.heappush(self.arrivals, (t + child.delay_s, child.id))
 
@@ -238,7 +262,7 @@ class EngineRun:
                     if tl.first_token_s < 0:
                         tl.first_token_s = t
                         if (t - tl.arrival_s) * 1000.0 > self.slo.ttft_ms:
-                            self._missed()
+                            self._missed(live.spec.id)
                     if live.in_think:
                         if tok == END_THINK:
                             live.in_think = False
@@ -291,8 +315,7 @@ class EngineRun:
         while True:
             self.clock.now_s = now
             self._admit(now)
-            if (self.stop_after_misses and self.misses > self.stop_after_misses) or \
-                    (self.stop_after_met and self.met >= self.stop_after_met):
+            if self.stop_when_decided and self._decided():
                 stopped = True
                 break
             if now > max_t:
@@ -365,17 +388,27 @@ class EngineRun:
             return None
         return max(now, self.arrivals[0][0])
 
-    def _result(self, stopped: bool, wall: float) -> RunResult:
-        timelines = []
-        unfinished = 0
+    def _timelines(self) -> list[Any]:
+        """Every request's timeline so far (a request that has not arrived: an empty one)."""
+        out = []
         for r in self.requests:
             live = self.live.get(str(r.id))
-            if live is None:
-                timelines.append(sim.RequestTimeline())
-                continue
-            if live.timeline.finish_s < 0:
-                unfinished += 1
-            timelines.append(live.timeline.sim())
+            if live is None:  # not sent yet: its conversation and its natural work still count
+                tl = sim.RequestTimeline()
+                tl.reasoning = bool(r.reasoning)
+                tl.conversation_arrival_s = self.watch.conversation_start(r.id)
+                tl.conversation_id = self.watch.conversation_id(r.id)
+                tl.natural_think_tokens = int(r.think_tokens)
+                tl.natural_answer_tokens = int(r.answer_tokens)
+                out.append(tl)
+            else:
+                out.append(live.timeline.sim())
+        return out
+
+    def _result(self, stopped: bool, wall: float) -> RunResult:
+        timelines = self._timelines()
+        unfinished = sum(1 for r in self.requests
+                         if (live := self.live.get(str(r.id))) is not None and live.timeline.finish_s < 0)
         t = self.totals
         t.rejected = self.rejected
         t.unfinished = unfinished - self.rejected
@@ -385,10 +418,16 @@ class EngineRun:
         t.arrival_window_tokens = self.window_tokens
         t.wall_s = wall
         t.stopped_early = stopped
-        metrics = dict(sim.summarize_timelines(timelines, self.output_itl, self.think_itl, t, self.slo))
+        pairs, verdict = sim.summarize_timelines(timelines, self.output_itl, self.think_itl, t, self.slo, self.ruler)
+        metrics = dict(pairs)
+        if stopped:  # judged on the rule it broke, not on the requests the stop left open
+            verdict = dict(verdict, meets=False, reason=self.stop_reason)
+            metrics["meets_ruler"] = 0.0
         attainment = (metrics["slo_attainment_pct"], metrics["slo_attainment_chat_pct"],
                       metrics["slo_attainment_reasoning_pct"])
-        return RunResult(metrics, attainment, stopped, self.schedule_s, max(0.0, wall - self.schedule_s))
+        think = [tl.think_tokens for tl in timelines]
+        return RunResult(metrics, attainment, stopped, verdict, think, self.schedule_s,
+                         max(0.0, wall - self.schedule_s))
 
 
 def sim_meets(tl: Any, slo: Any) -> bool:

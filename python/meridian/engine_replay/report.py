@@ -85,14 +85,33 @@ def ab_report(runs: dict[str, list[dict[str, float]]], context: dict[str, Any], 
     return out, "\n".join(lines) + "\n"
 
 
+WINDOW_AGREEMENT_PCT = 5.0  # the window check: goodput at 2W within this of goodput at W
+
+
+def _arm_goodput(per: list[dict[str, Any]]) -> dict[str, Any]:
+    """One arm's goodput over its seeds' searches, with its physical bound and the run at its goodput."""
+    values = [s["goodput_rps"] for s in per]
+    stat = _stat(values)
+    bounds = [s.get("upper_bound_rps", 0.0) for s in per]
+    shares = [g / b if b else 0.0 for g, b in zip(values, bounds, strict=True)]
+    return {"goodput_rps": stat["mean"], "ci95": stat["ci95"], "per_seed": stat["per_seed"],
+            "at_least": [s["at_least"] for s in per],
+            "upper_bound_rps": _stat(bounds), "fraction_of_bound": _stat(shares),
+            "above_bound": any(b and g > b for g, b in zip(values, bounds, strict=True)),
+            "at_goodput": [s.get("at_goodput") for s in per]}
+
+
 def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[float]], seeds: list[int],
-                   context: dict[str, Any]) -> tuple[dict, str]:
+                   context: dict[str, Any], doubled: dict[str, Any] | None = None) -> tuple[dict, str]:
+    """goodput.json's object and goodput.md. `doubled`: the same searches over twice the window
+    ({"duration_s", "simulator", "searches"}), reported as the window check."""
     arms: dict[str, list[dict[str, Any]]] = {}
     for s in searches:
         arms.setdefault(s["arm"], []).append(s)
     out: dict[str, Any] = {
-        "schema_version": 1, "context": context, "slo": context["slo"],
+        "schema_version": 2, "context": context, "slo": context["slo"],
         "attainment_target_pct": context["slo"]["attainment_pct"],
+        "ruler": context.get("ruler", "sustainable"), "window_s": context["duration_s"],
         "rate_unit": "new conversations per second (the --arrival-rate unit)", "seeds": seeds,
         "search": {"base": "per seed, the simulator's goodput for the arm's model (simulator policy and stepping)",
                    "scan_up_factors": list(sim.SEEDED_SCAN_UP), "scan_down_factors": list(sim.SEEDED_SCAN_DOWN),
@@ -101,10 +120,7 @@ def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[f
         "policies": {}, "simulator": {}, "ratios": {}}
     for arm, per in arms.items():
         per.sort(key=lambda s: seeds.index(s["seed"]))
-        values = [s["goodput_rps"] for s in per]
-        stat = _stat(values)
-        out["policies"][arm] = {"goodput_rps": stat["mean"], "ci95": stat["ci95"], "per_seed": stat["per_seed"],
-                                "at_least": [s["at_least"] for s in per],
+        out["policies"][arm] = {**_arm_goodput(per),
                                 "simulator_model": study.sim_goodput_key(arm),
                                 "base_rate": [s["base_rate"] for s in per],
                                 "points": [dict(p, seed=s["seed"]) for s in per for p in s["points"]],
@@ -137,14 +153,19 @@ def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[f
     out["simulator"]["ratio_meridian_no_forcing_to_vllm_fcfs"] = sim_ratios.get("")
     if " (async)" in sim_ratios:
         out["simulator"]["ratio_meridian_no_forcing_to_vllm_fcfs_async"] = sim_ratios[" (async)"]
+    ruler_text = ("sustainable by the ruler (every request completes, each class meets the target after the warm-up, "
+                  "late arrivals too, the backlog does not grow: docs/replay.md#the-ruler)"
+                  if out["ruler"] == "sustainable" else "the retired pooled-window ruler")
     lines = ["# Goodput: the real vLLM scheduler on the simulator's clock", "",
-             f"Highest rate (new conversations/s) with >= {out['attainment_target_pct']:g}% of requests within "
-             f"the SLO (TTFT {context['slo']['ttft_ms']:g} ms, {_ttfv_text(context['slo'])}"
+             f"Highest rate (new conversations/s) {ruler_text}, each class at >= {out['attainment_target_pct']:g}% "
+             f"within the SLO (TTFT {context['slo']['ttft_ms']:g} ms, {_ttfv_text(context['slo'])}"
              f"answer TPOT {context['slo']['output_tpot_ms']:g} ms, "
-             f"think TPOT {context['slo']['think_tpot_ms']:g} ms); {context['workload']}, seeds "
-             f"{', '.join(map(str, seeds))}. Each engine arm beside the simulator's model of it.", "",
+             f"think TPOT {context['slo']['think_tpot_ms']:g} ms); {context['workload']}, "
+             f"{context['duration_s']:g} s of arrivals, seeds {', '.join(map(str, seeds))}. Each engine arm beside "
+             "the simulator's model of it; the bound is the physical upper bound for the arm's own work.", "",
              f"| engine arm (vLLM {context['vllm_version']}) | goodput | per seed | ratio to {BASELINE} "
-             "| simulator's model | its goodput | simulator ÷ engine |", "|---|---:|---|---:|---|---:|---:|"]
+             "| simulator's model | its goodput | simulator ÷ engine | physical bound | share of bound |",
+             "|---|---:|---|---:|---|---:|---:|---:|---:|"]
     for arm, e in out["policies"].items():
         ratio = out["ratios"].get(arm, {}).get(BASELINE)
         r = f"{ratio['mean']:.3f}" if ratio and ratio["mean"] is not None else "—"
@@ -152,8 +173,11 @@ def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[f
         sim_e = out["simulator"].get(model)
         sim_cell = f"{sim_e['goodput_rps']:.3g}" if sim_e else "—"
         err = f"{sim_e['goodput_rps'] / e['goodput_rps']:.3f}" if sim_e and e["goodput_rps"] else "—"
+        bound = e["upper_bound_rps"]["mean"] or 0.0
+        share = e["fraction_of_bound"]["mean"] or 0.0
         lines.append(f"| {arm} | {e['goodput_rps']:.3g} | {', '.join(f'{v:.3g}' for v in e['per_seed'])} | {r} | "
-                     f"{model} | {sim_cell} | {err} |")
+                     f"{model} | {sim_cell} | {err} | {bound:.3g} | {share:.2f}"
+                     f"{' **above the bound: a ruler bug**' if e['above_bound'] else ''} |")
     for suffix, st in sim_ratios.items():
         if st["mean"] is not None:
             lines.append(f"\nSimulator: meridian-no-forcing ÷ vllm-fcfs{suffix} = {st['mean']:.3f}.")
@@ -163,7 +187,35 @@ def goodput_report(searches: list[dict[str, Any]], sim_goodput: dict[str, list[f
         sim_text = f"; simulator: {sim_best['mean']:.3f}" if sim_best and sim_best["mean"] is not None else ""
         lines.append(f"\nmeridian-async ÷ {best} ({context.get('vllm_best_setting', '?')}) = "
                      f"{vs_best['mean']:.3f}{sim_text}.")
+    if doubled is not None:
+        check = _window_check(out, doubled, seeds)
+        out["window_check"] = check
+        lines += ["", f"## Window check: {context['duration_s']:g} s against {doubled['duration_s']:g} s of arrivals",
+                  "", f"| arm | goodput at {context['duration_s']:g} s | at {doubled['duration_s']:g} s | ratio | "
+                  f"within {WINDOW_AGREEMENT_PCT:g}% |", "|---|---:|---:|---:|---|"]
+        for arm, c in check["policies"].items():
+            lines.append(f"| {arm} | {c['goodput_rps']:.3g} | {c['doubled_goodput_rps']:.3g} | "
+                         f"{'inf' if c['ratio'] is None else format(c['ratio'], '.3f')} | {'yes' if c['agree'] else '**no**'} |")
     return out, "\n".join(lines) + "\n"
+
+
+def _window_check(out: dict[str, Any], doubled: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    arms: dict[str, list[dict[str, Any]]] = {}
+    for s in doubled["searches"]:
+        arms.setdefault(s["arm"], []).append(s)
+    check: dict[str, Any] = {"window_s": out["window_s"], "doubled_window_s": doubled["duration_s"],
+                             "agreement_pct": WINDOW_AGREEMENT_PCT, "policies": {},
+                             "doubled_simulator_goodput_rps": doubled["simulator"]}
+    for arm, per in arms.items():
+        per.sort(key=lambda s: seeds.index(s["seed"]))
+        twice = _arm_goodput(per)
+        once = out["policies"][arm]["goodput_rps"] or 0.0
+        ratio = (twice["goodput_rps"] or 0.0) / once if once else (1.0 if not twice["goodput_rps"] else math.inf)
+        check["policies"][arm] = {"goodput_rps": once, "doubled_goodput_rps": twice["goodput_rps"] or 0.0,
+                                  "doubled": twice, "ratio": _finite(ratio),
+                                  "agree": abs(ratio - 1.0) * 100.0 <= WINDOW_AGREEMENT_PCT + 1e-9}
+    check["all_agree"] = all(c["agree"] for c in check["policies"].values())
+    return check
 
 
 VARIANT_CORRECTED = "corrected"

@@ -3,7 +3,6 @@ goodput search per arm and seed, and the fidelity of the simulator against the
 real scheduler. Each (arm, seed) job runs in its own process (--jobs)."""
 from __future__ import annotations
 
-import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +19,9 @@ ARMS = DEFAULT_ARMS + ("vllm-best-async",)
 # the arm's model (SIM_POLICY and its stepping, per seed), to this tolerance.
 TOLERANCE = 0.03
 FIDELITY_LOADS = (0.5, 0.9, 1.1)
+# Seconds of first-turn arrivals of a run: long enough that the sustainable ruler can tell a backlog
+# from noise, and that goodput over twice the window agrees within 5 % (docs/replay.md#the-window).
+DEFAULT_DURATION_S = 1800.0
 # What fidelity compares: (label, metric). tokens_per_step and goodput are derived.
 FIDELITY_METRICS = (
     ("TTFT P50", "ttft_p50_ms"), ("TTFT P90", "ttft_p90_ms"), ("TTFT P99", "ttft_p99_ms"),
@@ -62,6 +64,7 @@ class Job:
     scheduler_cpu_ms: float
     # vllm-best-async: (max_num_batched_tokens, long_prefill_token_threshold, priority)
     setting: tuple[int, int, bool] | None = None
+    ruler: str = "sustainable"
 
 
 def _params(job: Job) -> Any:
@@ -91,23 +94,26 @@ def parse_setting(label: str) -> tuple[int, int, bool]:
     raise ValueError(f"--vllm-best-setting: {label!r} is not a setting of the vllm-best grid; known: {known}")
 
 
-def setting_goodput(params: Any, values: tuple[int, int, bool], seeds: list[int]) -> list[float]:
+def setting_goodput(params: Any, values: tuple[int, int, bool], seeds: list[int],
+                    ruler: str = "sustainable") -> list[float]:
     """The simulator's goodput per seed of vLLM run with one setting, stepped async."""
     setting = vllm_setting(values)
-    goodput, _ = sim.find_goodput(setting.apply(sim_params(params, "async")), [setting.policy], seeds)
+    goodput, _ = sim.find_goodput(setting.apply(sim_params(params, "async")), [setting.policy], seeds, ruler)
     return goodput[0][1]
 
 
-def find_vllm_best(params: Any, seeds: list[int]) -> tuple[tuple[int, int, bool], list[float]]:
+def find_vllm_best(params: Any, seeds: list[int], ruler: str = "sustainable") -> tuple[tuple[int, int, bool],
+                                                                                        list[float]]:
     """The simulator's vllm-best search (async stepping, as the arm runs): the winning setting and
     its goodput per seed."""
     p = sim_params(params, "async")
-    goodput, best = sim.find_goodput(p, ["vllm-best"], seeds)
+    goodput, best = sim.find_goodput(p, ["vllm-best"], seeds, ruler)
     return setting_values(best), dict(goodput)["vllm-best"]
 
 
-def run_once(job: Job, rate: float, stop_after_misses: int = 0, stop_after_met: int = 0) -> dict[str, float]:
-    """One engine run of job.arm on the seed's workload at `rate`: its metrics."""
+def run_once(job: Job, rate: float, stop_when_decided: bool = False) -> dict[str, Any]:
+    """One engine run of job.arm on the seed's workload at `rate`: its metrics, its verdict under
+    job.ruler ("verdict") and the physical bound for the work it did ("upper_bound_rps")."""
     from .build import SimClock, build_scheduler, scheduler_class
     from .engine import Arm, EngineRun
 
@@ -121,11 +127,14 @@ def run_once(job: Job, rate: float, stop_after_misses: int = 0, stop_after_met: 
     sched = build_scheduler(cls, params, two_in_flight=two, clock=clock, priority=priority)
     try:
         result = EngineRun(Arm(job.arm, cls, two), sched, params, requests, clock=clock,
-                           scheduler_cpu_ms=job.scheduler_cpu_ms, stop_after_misses=stop_after_misses,
-                           stop_after_met=stop_after_met).run()
+                           scheduler_cpu_ms=job.scheduler_cpu_ms, ruler=job.ruler,
+                           stop_when_decided=stop_when_decided).run()
     finally:
         sched.shutdown()
-    m = dict(result.metrics)
+    m: dict[str, Any] = dict(result.metrics)
+    m["verdict"] = result.verdict
+    bound = sim.capacity_bound(params.cost_model, params.slo, sim.conversation_work(requests, result.think_tokens))
+    m["upper_bound_rps"] = bound.rate
     m["tokens_per_step"] = m["simulated_tokens"] / m["steps"] if m["steps"] else 0.0
     m["schedule_wall_s"] = result.schedule_s
     m["driver_wall_s"] = result.driver_s
@@ -137,28 +146,37 @@ def search(job: Job, base_rate: float, done: dict[float, dict[str, float]] | Non
     """The goodput search of one arm on one seed (the simulator's search, on engine runs). `done`
     holds full runs already made at some rates (the fidelity loads): a search point at one of
     those rates reads it instead of running again."""
-    params = _params(job)
-    target = params.slo.attainment_pct
-    runs: list[dict[str, float]] = []
+    runs: list[dict[str, Any]] = []
     done = done or {}
+    seen: dict[float, dict[str, Any]] = {}
 
-    def attainment(rate: float, for_plot: bool) -> tuple[float, float, float, bool]:
+    def attainment(rate: float, for_plot: bool) -> tuple[float, float, float, bool, bool]:
         m = done.get(rate)
         if m is None:
-            # Stop once the verdict is decided: more than the allowed share already missed (below
-            # the target), or enough met the SLO that the rest cannot bring it under (at or above).
-            n = len(_workload_at(params, rate, job.seed))
-            m = run_once(job, rate, stop_after_misses=int(math.floor(n * (1 - target / 100.0))),
-                         stop_after_met=int(math.ceil(n * target / 100.0)))
+            m = run_once(job, rate, stop_when_decided=True)  # stops once it cannot meet the ruler
             runs.append(m)
-        return m["slo_attainment_pct"], m["slo_attainment_chat_pct"], m["slo_attainment_reasoning_pct"], \
-            bool(m["stopped_early"])
+        seen[rate] = m
+        v = m["verdict"]
+        return v["attainment_pct"], v["chat_pct"], v["reasoning_pct"], bool(m["stopped_early"]), bool(v["meets"])
 
-    # Up from the simulator's goodput when the arm meets the target there, else down to the first
-    # factor that meets it; each rate runs once (the C++ search the vllm-best sweep uses).
-    rate, at_least, points = sim.seeded_search(attainment, base_rate, target, TOLERANCE)
+    # Up from the simulator's goodput when the arm meets the ruler there, else down to the first
+    # factor that does; each rate runs once (the C++ search the vllm-best sweep uses).
+    rate, at_least, points = sim.seeded_search(attainment, base_rate, TOLERANCE)
+    # The bound: for the work the run at the goodput did (else the lowest rate's).
+    at = seen.get(rate) if rate > 0 else None
+    if at is None and seen:
+        at = seen[min(seen)]
+    point_info = []
+    for r, a, stopped, scan, meets in points:
+        v = seen[r]["verdict"] if r in seen else {}
+        point_info.append({"rate": r, "attainment_pct": a, "stopped_early": stopped, "scan": scan, "meets": meets,
+                           "reason": v.get("reason"), "chat_pct": v.get("chat_pct"),
+                           "reasoning_pct": v.get("reasoning_pct"), "backlog_mid": v.get("backlog_mid"),
+                           "backlog_end": v.get("backlog_end")})
     return {"arm": job.arm, "seed": job.seed, "goodput_rps": rate, "at_least": at_least, "base_rate": base_rate,
-            "points": [{"rate": r, "attainment_pct": a, "stopped_early": s, "scan": g} for r, a, s, g in points],
+            "upper_bound_rps": at["upper_bound_rps"] if at else 0.0,
+            "at_goodput": at["verdict"] if at and rate > 0 else None,
+            "points": point_info,
             "schedule_wall_s": sum(m["schedule_wall_s"] for m in runs),
             "driver_wall_s": sum(m["driver_wall_s"] for m in runs), "runs": len(runs)}
 
@@ -188,11 +206,6 @@ def arm_task(task: ArmTask) -> dict[str, Any]:
     return out
 
 
-def _workload_at(params: Any, rate: float, seed: int) -> list[Any]:
-    params.workload.arrival_rate = rate
-    return sim.generate_workload(params.workload, seed)
-
-
 def _run_job(args: tuple[Job, float]) -> dict[str, float]:
     return run_once(*args)
 
@@ -216,7 +229,8 @@ def default_jobs() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
-def simulator_goodput(params: Any, seeds: list[int], arms: list[str]) -> dict[str, list[float]]:
+def simulator_goodput(params: Any, seeds: list[int], arms: list[str],
+                      ruler: str = "sustainable") -> dict[str, list[float]]:
     """The simulator's goodput per seed for each arm's model (SIM_POLICY, stepped as the arm is),
     and for vllm-fcfs and meridian-no-forcing lockstep (the replay's numbers of record)."""
     out: dict[str, list[float]] = {}
@@ -224,7 +238,7 @@ def simulator_goodput(params: Any, seeds: list[int], arms: list[str]) -> dict[st
         if two and not any(sim_async(a) for a in arms):
             continue
         p = sim_params(params, "async" if two else "sync")
-        goodput, _ = sim.find_goodput(p, ["vllm-fcfs", "meridian-no-forcing"], seeds)
+        goodput, _ = sim.find_goodput(p, ["vllm-fcfs", "meridian-no-forcing"], seeds, ruler)
         for policy, values in goodput:
             out[policy + (" (async)" if two else "")] = values
     return out
@@ -237,7 +251,7 @@ def sim_goodput_key(arm: str) -> str:
 
 def simulator_run(params: Any, policy: str, seed: int, rate: float) -> dict[str, float]:
     params.workload.arrival_rate = rate
-    m = dict(sim.run_replay(params, policy, seed))
+    m = dict(sim.run_replay(params, policy, seed, "sustainable"))
     m["tokens_per_step"] = m["simulated_tokens"] / m["steps"] if m["steps"] else 0.0
     return m
 
