@@ -51,12 +51,12 @@ struct ConversationWork {
                                                  const std::vector<std::uint32_t>& think_tokens = {});
 
 struct CapacityBound {
-  double rate = 0;             ///< conversations/s
-  double step_ms = 0;          ///< the step time it runs at
-  double max_step_ms = 0;      ///< the longest step the SLO allows
-  double gpu_busy_share = 0;   ///< U at that rate and step time (1 when the GPU binds)
-  double kv_used_share = 0;    ///< KV occupancy / capacity there (1 when KV binds)
-  std::string_view binding;    ///< "gpu" or "kv"
+  double rate = 0;            ///< conversations/s
+  double step_ms = 0;         ///< the step time it runs at
+  double max_step_ms = 0;     ///< the longest step the SLO allows
+  double gpu_busy_share = 0;  ///< U at that rate and step time (1 when the GPU binds)
+  double kv_used_share = 0;   ///< KV occupancy / capacity there (1 when KV binds)
+  std::string_view binding;   ///< "gpu" or "kv"
 };
 
 /// The bound for `work` on the cost model's GPU under `slo`.

@@ -70,7 +70,7 @@ struct ClassAttainment {
   std::uint64_t met = 0;
   std::uint64_t late_requests = 0;
   std::uint64_t late_met = 0;
-  std::uint64_t late_allowed_misses = 0;  ///< rule 3's allowance
+  std::uint64_t late_allowed_misses = 0;           ///< rule 3's allowance
   [[nodiscard]] double pct() const noexcept;       ///< 100 when the class is empty
   [[nodiscard]] double late_pct() const noexcept;  ///< 100 when no request of the class was late
 };

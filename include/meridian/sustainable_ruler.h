@@ -64,7 +64,8 @@ namespace meridian::sim {
 /// replay's driver through the Python binding).
 class VerdictWatch {
  public:
-  VerdictWatch(const Workload& workload, const SloParams& slo, Ruler ruler, const SustainabilityRule& rule = {});
+  VerdictWatch(const Workload& workload, const SloParams& slo, Ruler ruler,
+               const SustainabilityRule& rule = {});
   /// A request missed its SLO (each request is reported at most once).
   void missed(RequestId id) noexcept;
   /// When request `id`'s conversation started (its first turn's arrival_s).

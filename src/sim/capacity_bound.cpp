@@ -39,7 +39,8 @@ Coefficients coefficients(const CostModelParams& params) {
 // GPU seconds per second at `rate` conversations/s and steps of `step_s`.
 double gpu_share(const Coefficients& c, const ConversationWork& w, double rate, double step_s) {
   const double linear = std::max(c.weight_read_s / step_s, rate * w.tokens() * c.token_s);
-  const double attention = std::max(rate * w.kv_tokens_read * c.kv_token_s, rate * w.attended_pairs * c.pair_s);
+  const double attention =
+      std::max(rate * w.kv_tokens_read * c.kv_token_s, rate * w.attended_pairs * c.pair_s);
   return c.overhead_s / step_s + linear + attention;
 }
 
@@ -56,8 +57,9 @@ ConversationWork conversation_work(const Workload& workload, const std::vector<s
   for (const RequestSpec& r : workload.requests) {
     const std::size_t index = r.id - 1;
     const double think =
-        !r.reasoning() ? 0.0
-                       : static_cast<double>(index < think_tokens.size() ? think_tokens[index] : r.think_tokens);
+        !r.reasoning()
+            ? 0.0
+            : static_cast<double>(index < think_tokens.size() ? think_tokens[index] : r.think_tokens);
     // A reasoning request also emits </think>; the first generated token comes from the prefill.
     const double generated = think + (r.reasoning() ? 1.0 : 0.0) + r.answer_tokens;
     const double prompt = r.prompt_tokens;
@@ -83,15 +85,16 @@ ConversationWork conversation_work(const Workload& workload, const std::vector<s
     w.kv_token_steps += reads;
   }
   if (w.conversations > 0) {
-    for (double* v : {&w.prefill_tokens, &w.decode_tokens, &w.kv_tokens_read, &w.attended_pairs,
-                      &w.kv_token_steps}) {
+    for (double* v :
+         {&w.prefill_tokens, &w.decode_tokens, &w.kv_tokens_read, &w.attended_pairs, &w.kv_token_steps}) {
       *v /= w.conversations;
     }
   }
   return w;
 }
 
-CapacityBound capacity_bound(const CostModelParams& cost, const SloParams& slo, const ConversationWork& work) {
+CapacityBound capacity_bound(const CostModelParams& cost, const SloParams& slo,
+                             const ConversationWork& work) {
   const Coefficients c = coefficients(cost);
   CapacityBound b;
   b.max_step_ms = std::max(slo.output_tpot_ms, slo.think_tpot_ms);

@@ -77,7 +77,8 @@ void set_bounds(PolicyGoodput& g, const ReplayParams& params) {
   for (std::size_t s = 0; s < g.points.size(); ++s) {
     const double goodput = s < g.goodput_rps.per_seed.size() ? g.goodput_rps.per_seed[s] : 0.0;
     const AttainmentPoint* p = bounding_point(g.points[s], goodput);
-    const CapacityBound b = p != nullptr ? capacity_bound(params.cost_model, params.slo, p->work) : CapacityBound{};
+    const CapacityBound b =
+        p != nullptr ? capacity_bound(params.cost_model, params.slo, p->work) : CapacityBound{};
     g.bounds.push_back(b);
     rates.push_back(b.rate);
     fractions.push_back(b.rate > 0 ? goodput / b.rate : 0.0);
@@ -351,6 +352,7 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
     (searches[q].seeded ? sweep_rest : unseeded).push_back(q);
   }
   std::vector<std::pair<std::size_t, std::size_t>> jobs;
+  jobs.reserve(unseeded.size());
   for (std::size_t q : unseeded) jobs.emplace_back(q, 0);
   // The first seed starts near where the answer is expected: a share of the physical bound for
   // the workload's natural work (policies' goodputs on record sit at 0.7-0.9 of their bound),
@@ -366,14 +368,18 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
   // the settings that fare best go on (phase 3) to a full search on every seed, seeded from the
   // reference's goodput. vllm_best_finalists = 0: every setting, full search, every seed.
   std::vector<std::optional<AttainmentPoint>> screen(searches.size());
-  const bool screening = sweep && search.vllm_best_finalists > 0 && settings.size() > search.vllm_best_finalists;
+  const bool screening =
+      sweep && search.vllm_best_finalists > 0 && settings.size() > search.vllm_best_finalists;
   std::vector<std::function<void()>> tasks;
   for (std::size_t q : unseeded) {
-    for (std::size_t s = 1; s < seeds; ++s) tasks.emplace_back([&, q, s] { run_search(q, s, goodput[q][0]); });
+    for (std::size_t s = 1; s < seeds; ++s) {
+      tasks.emplace_back([&, q, s] { run_search(q, s, goodput[q][0]); });
+    }
   }
   if (screening) {
     const std::size_t ref = reference_from < searches.size() ? reference_from : reference;
-    const double screen_rate = (goodput[ref][0] > 0 ? goodput[ref][0] : out.base_rate) * kScreenAboveReference;
+    const double screen_rate =
+        (goodput[ref][0] > 0 ? goodput[ref][0] : out.base_rate) * kScreenAboveReference;
     for (std::size_t index : sweep_rest) {
       tasks.emplace_back([&, index, screen_rate] {
         Search& q = searches[index];
@@ -453,8 +459,10 @@ GoodputResult find_goodput(const std::vector<PolicyKind>& policies, const StudyO
       const bool finalist = std::find(finalists.begin(), finalists.end(), q) != finalists.end();
       best.settings.push_back({settings[k], searches[q].result, finalist, screen[q]});
       // The winner: the finalist with the highest mean goodput over every seed (the first on a tie).
-      if (finalist && (best.settings[k].goodput.goodput_rps.mean > searches[sweep_first + winner].result.goodput_rps.mean ||
-                       (best.settings[k].goodput.goodput_rps.mean == searches[sweep_first + winner].result.goodput_rps.mean &&
+      if (finalist && (best.settings[k].goodput.goodput_rps.mean >
+                           searches[sweep_first + winner].result.goodput_rps.mean ||
+                       (best.settings[k].goodput.goodput_rps.mean ==
+                            searches[sweep_first + winner].result.goodput_rps.mean &&
                         k < winner))) {
         winner = k;
       }

@@ -79,7 +79,7 @@ class Progress {
 
 // The run behind `policy`: vllm-best is its chosen setting's vLLM policy with that setting's [engine] values.
 inline ReplayOptions replay_options(const StudyOptions& o, PolicyKind policy, const ReplayParams& params,
-                             std::uint64_t seed) {
+                                    std::uint64_t seed) {
   ReplayOptions ro;
   ro.policy = policy;
   ro.config = o.config;

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <vector>
 #include <limits>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -51,16 +51,23 @@ std::vector<Conversation> conversations(const std::vector<RequestTimeline>& requ
   std::vector<std::size_t> slot(requests.size() + 1, SIZE_MAX);  // by first-turn id
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const RequestTimeline& t = requests[i];
-    const std::uint64_t key = t.conversation_id > 0 && t.conversation_id <= requests.size() ? t.conversation_id : i + 1;
+    const std::uint64_t key =
+        t.conversation_id > 0 && t.conversation_id <= requests.size() ? t.conversation_id : i + 1;
     if (slot[key] == SIZE_MAX) {
       slot[key] = out.size();
       out.push_back({kInf, 0, {}});  // arrival: the earliest turn's; leave: the latest finish
     }
     Conversation& c = out[slot[key]];
     c.turns.push_back(&t);
-    if (t.arrived) c.arrival = std::min(c.arrival, t.conversation_arrival_s >= 0 ? t.conversation_arrival_s : t.arrival_s);
+    if (t.arrived) {
+      c.arrival = std::min(c.arrival, t.conversation_arrival_s >= 0 ? t.conversation_arrival_s : t.arrival_s);
+    }
     // Not finished (or never going to: aborted, turned away, never sent) keeps it in the system.
-    c.leave = t.completed && t.finish_s >= 0 && c.leave < kInf ? std::max(c.leave, t.finish_s) : kInf;
+    if (t.completed && t.finish_s >= 0 && c.leave < kInf) {
+      c.leave = std::max(c.leave, t.finish_s);
+    } else {
+      c.leave = kInf;
+    }
   }
   // Only conversations that started within the window.
   std::erase_if(out, [&](const Conversation& c) { return !(c.arrival <= window_end_s); });
@@ -110,12 +117,11 @@ bool late_meets(const ClassAttainment& c) { return c.late_requests - c.late_met 
 double conversation_start(const RequestTimeline& t) noexcept {
   if (t.conversation_arrival_s >= 0) return t.conversation_arrival_s;
   // A request that never arrived has no time of its own: it counts as in the judged window.
-  return t.arrived ? t.arrival_s : kInf;
+  if (!t.arrived) return kInf;
+  return t.arrival_s;
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 std::string_view to_string(Ruler ruler) noexcept {
   switch (ruler) {
@@ -208,17 +214,19 @@ std::string RunVerdict::explain() const {
                          reasoning.requests);
     case VerdictReason::kPooledBelow: return fmt::format("pooled attainment {:.2f}%", attainment_pct);
     case VerdictReason::kLateChat:
-      return fmt::format("late chat requests: {} of {} missed (allowed {})", chat.late_requests - chat.late_met,
-                         chat.late_requests, chat.late_allowed_misses);
+      return fmt::format("late chat requests: {} of {} missed (allowed {})",
+                         chat.late_requests - chat.late_met, chat.late_requests, chat.late_allowed_misses);
     case VerdictReason::kLateReasoning:
       return fmt::format("late reasoning requests: {} of {} missed (allowed {})",
                          reasoning.late_requests - reasoning.late_met, reasoning.late_requests,
                          reasoning.late_allowed_misses);
     case VerdictReason::kBacklogGrowing:
       return fmt::format(
-          "backlog grew {:.1f} -> {:.1f} conversations (allowed {:.1f}), {:.0f} -> {:.0f} tokens to generate (allowed "
+          "backlog grew {:.1f} -> {:.1f} conversations (allowed {:.1f}), {:.0f} -> {:.0f} tokens to generate "
+          "(allowed "
           "{:.0f})",
-          backlog.mid, backlog.end, backlog.allowed_end, backlog.work_mid, backlog.work_end, backlog.work_allowed_end);
+          backlog.mid, backlog.end, backlog.allowed_end, backlog.work_mid, backlog.work_end,
+          backlog.work_allowed_end);
   }
   return "?";
 }

@@ -258,7 +258,8 @@ TEST(CapacityBound, WorkIsCountedByHand) {
 
 // The bound, checked through the cost model itself: at the bound some uniform step of at most the
 // SLO's longest fits its own work and the KV; 2 % above it none does.
-bool some_step_fits(const CostModelParams& cost, const SloParams& slo, const ConversationWork& w, double rate) {
+bool some_step_fits(const CostModelParams& cost, const SloParams& slo, const ConversationWork& w,
+                    double rate) {
   const RooflineCostModel model(cost);
   const double kv_tokens = model.kv_capacity_bytes() / static_cast<double>(cost.kv_bytes_per_token());
   const double longest_ms = std::max(slo.output_tpot_ms, slo.think_tpot_ms);
@@ -281,7 +282,8 @@ TEST(CapacityBound, IsTheHighestRateAUniformPerfectScheduleSustains) {
     WorkloadParams p = workload_preset(kind);
     p.duration_s = 300;
     const ConversationWork w = conversation_work(generate_workload(p, 42));
-    for (const SloParams& slo : {SloParams{}, SloParams{2000, 0, 80, 80, 99}, SloParams{500, 0, 15, 40, 90}}) {
+    for (const SloParams& slo :
+         {SloParams{}, SloParams{2000, 0, 80, 80, 99}, SloParams{500, 0, 15, 40, 90}}) {
       const CapacityBound b = capacity_bound(cost, slo, w);
       ASSERT_GT(b.rate, 0) << kind;
       EXPECT_TRUE(some_step_fits(cost, slo, w, b.rate * 0.995)) << kind;
