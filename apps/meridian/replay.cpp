@@ -618,7 +618,8 @@ std::function<int()> add_replay(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag(
       "--goodput", o->goodput,
-      "also find each policy's goodput (highest rate with [slo] attainment met); writes goodput.json");
+      "also find each policy's goodput (the highest rate whose run meets --ruler, beside its physical "
+      "bound); writes goodput.json");
   sub->add_option(
          "--ruler", o->ruler,
          "what a goodput rate must meet: sustainable (every request completes, each class meets the "

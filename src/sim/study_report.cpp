@@ -544,8 +544,15 @@ std::string goodput_markdown(const GoodputResult& g, const GoodputResult* double
     out += fmt::format("| {} | {} | {} | {} |", to_string(p.policy), mean, per,
                        ratio_cell(p.policy, PolicyKind::kVllmFcfs));
     if (best) out += fmt::format(" {} |", ratio_cell(p.policy, PolicyKind::kVllmBest));
-    out += fmt::format(" {:.3g} | {:.2f}{} | {} |\n", p.upper_bound_rps.mean, p.fraction_of_bound.mean,
-                       p.above_bound() ? " **above the bound: a ruler bug**" : "", at);
+    // A bound of 0 means a seed's goodput run had no conversation to take the work from (a
+    // policy that met the ruler only at a rate with next to no arrivals): no bound, not zero.
+    const bool unbounded = std::ranges::any_of(p.bounds, [](const CapacityBound& b) { return b.rate <= 0; });
+    if (unbounded) {
+      out += fmt::format(" n/a | n/a | {} |\n", at);
+    } else {
+      out += fmt::format(" {:.3g} | {:.2f}{} | {} |\n", p.upper_bound_rps.mean, p.fraction_of_bound.mean,
+                         p.above_bound() ? " **above the bound: a ruler bug**" : "", at);
+    }
   }
   if (g.vllm_best) {
     out += fmt::format(
