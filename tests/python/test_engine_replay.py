@@ -389,6 +389,25 @@ def test_meridian_arms_are_given_the_slo_they_are_judged_by(tmp_path, monkeypatc
     sched.shutdown()
 
 
+def test_the_window_is_the_workloads_own_unless_given(tmp_path):
+    """No --duration-s: the workload's window (its preset's, or the config's [workload] duration_s),
+    which the simulator's goodput uses too; --duration-s overrides both."""
+    from meridian.engine_replay import cli as module
+
+    def window(*argv: str) -> float:
+        return module.load_params(module.parse_args(["--out-dir", str(tmp_path), *argv])).workload.duration_s
+
+    def preset(kind: str) -> float:
+        return sim.parse_replay_params("", "<defaults>", kind).workload.duration_s
+
+    assert window() == preset("mixed") == 3600
+    assert window("--workload", "long-think") == preset("long-think") == 7200
+    config = tmp_path / "replay.toml"
+    config.write_text("[workload]\nduration_s = 45\n")
+    assert window("--config", str(config)) == 45
+    assert window("--config", str(config), "--duration-s", "12") == 12
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--arms", "vllm-async,fast"], "unknown arm 'fast'"),
     (["--arms", "vllm-best-async", "--vllm-best-setting", "max_num_batched_tokens=3"],

@@ -19,9 +19,6 @@ ARMS = DEFAULT_ARMS + ("vllm-best-async",)
 # the arm's model (SIM_POLICY and its stepping, per seed), to this tolerance.
 TOLERANCE = 0.03
 FIDELITY_LOADS = (0.5, 0.9, 1.1)
-# Seconds of first-turn arrivals of a run: long enough that the sustainable ruler can tell a backlog
-# from noise, and that goodput over twice the window agrees within 5 % (docs/replay.md#the-window).
-DEFAULT_DURATION_S = 1800.0
 # What fidelity compares: (label, metric). tokens_per_step and goodput are derived.
 FIDELITY_METRICS = (
     ("TTFT P50", "ttft_p50_ms"), ("TTFT P90", "ttft_p90_ms"), ("TTFT P99", "ttft_p99_ms"),
