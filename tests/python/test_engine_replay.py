@@ -401,7 +401,7 @@ def test_the_window_is_the_workloads_own_unless_given(tmp_path):
         return sim.parse_replay_params("", "<defaults>", kind).workload.duration_s
 
     assert window() == preset("mixed") == 3600
-    assert window("--workload", "long-think") == preset("long-think") == 7200
+    assert window("--workload", "long-think") == preset("long-think") == 14400
     config = tmp_path / "replay.toml"
     config.write_text("[workload]\nduration_s = 45\n")
     assert window("--config", str(config)) == 45

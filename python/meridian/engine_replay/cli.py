@@ -36,9 +36,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42, help="first seed (default 42)")
     p.add_argument("--seeds", type=int, default=2, help="number of seeds from --seed (default 2)")
     p.add_argument("--duration-s", type=float,
-                   help="seconds of first-turn arrivals (default: the workload's own window, long enough that "
-                        "goodput over twice it agrees within 5 %%: 3600 s on mixed, 7200 s on long-think and "
-                        "long-prompt; docs/replay.md#the-window)")
+                   help="seconds of first-turn arrivals (default: the workload's own [workload] duration_s, "
+                        "long enough for the sustainable ruler; docs/replay.md#the-window)")
     p.add_argument("--rate", type=float, help="conversations per second for ab-report (default: [workload])")
     p.add_argument("--arms", default=",".join(study.DEFAULT_ARMS),
                    help=f"comma-separated, of {', '.join(study.ARMS)} (default: all but vllm-best-async)")
