@@ -17,7 +17,7 @@ CMAKE_FLAGS ?=
 SOURCES := $(shell git ls-files '*.cpp' '*.h' '*.cu' 2>/dev/null || find include src apps tests benchmarks bindings -name '*.cpp' -o -name '*.h')
 TIDY_SOURCES := $(shell git ls-files 'src/*.cpp' 'apps/*.cpp' 'kernels/*.cpp' 2>/dev/null)
 
-.PHONY: all setup build test check test-cpp test-sanitizers test-asan test-tsan test-python test-package test-install \
+.PHONY: all setup build test check test-cpp test-study test-sanitizers test-asan test-tsan test-python test-package test-install \
 	test-vllm-compat lint format format-check bench demo engine-replay engine-replay-fidelity clean
 
 all: build
@@ -50,7 +50,12 @@ check: build format-check test-cpp test-package
 	@MERIDIAN_BIN=$(abspath $(BUILD_DIR))/bin/meridian $(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not e2e" tests/python
 
 test-cpp:
-	@cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS)
+	@cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS) -LE study
+
+# The ruler's study tests (label `study`): whole goodput searches at each workload's window,
+# minutes each, so `make test` runs them in a lane beside pytest rather than before it.
+test-study:
+	@cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS) -L study
 
 # ASan+UBSan over every C++ suite but the `study` label (whole goodput searches at full windows,
 # far too slow in a Debug sanitizer build; replay_test covers their code there); TSan over the

@@ -24,7 +24,7 @@ if ((${#stages[@]} == 0)); then
   # idle much of the time; the other two lanes fill it, balanced so that all end together on
   # 2 cores (docs/testing.md#how-long-make-test-takes).
   stages=(setup build format-check test-cpp test-package
-          "test-python>test-install+test-asan>test-tsan>lint>test-vllm-compat+docs-check>fuzz-smoke")
+          "test-python>test-install+test-asan>test-tsan>lint>test-vllm-compat+docs-check>fuzz-smoke>test-study")
 fi
 stamped=" test-python docs-check test-vllm-compat test-asan test-tsan fuzz-smoke "
 incremental=1
