@@ -160,6 +160,9 @@ struct PolicyGoodput {
   SeedStat fraction_of_bound;  ///< goodput / bound, per seed
   /// Whether some seed's goodput exceeds its bound: a bug in the ruler or the bound.
   [[nodiscard]] bool above_bound() const noexcept;
+  /// The run at `seed`'s goodput (the point that met the ruler at that rate); nullptr when no
+  /// rate met it on that seed. The one place reports and the bound find that run.
+  [[nodiscard]] const AttainmentPoint* at_goodput(std::size_t seed) const noexcept;
 };
 
 /// The vllm-best search: every setting's goodput, and the one that won.

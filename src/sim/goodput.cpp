@@ -60,23 +60,17 @@ std::tuple<int, double, double> screen_score(const std::optional<AttainmentPoint
   return {p->meets ? 1 : 0, std::min(p->chat_pct, p->reasoning_pct), p->backlog_mid - p->backlog_end};
 }
 
-// The point whose work bounds a seed: the run at the goodput, else the lowest rate run.
-const AttainmentPoint* bounding_point(const std::vector<AttainmentPoint>& points, double goodput) {
-  const AttainmentPoint* best = nullptr;
-  for (const AttainmentPoint& p : points) {
-    if (goodput > 0 && p.meets && p.rate == goodput) return &p;
-    if (best == nullptr || p.rate < best->rate) best = &p;
-  }
-  return best;
-}
-
 void set_bounds(PolicyGoodput& g, const ReplayParams& params) {
   g.bounds.clear();
   std::vector<double> rates;
   std::vector<double> fractions;
   for (std::size_t s = 0; s < g.points.size(); ++s) {
     const double goodput = s < g.goodput_rps.per_seed.size() ? g.goodput_rps.per_seed[s] : 0.0;
-    const AttainmentPoint* p = bounding_point(g.points[s], goodput);
+    // The run at the goodput, else (no rate met the ruler) the lowest rate run.
+    const AttainmentPoint* p = g.at_goodput(s);
+    if (p == nullptr && !g.points[s].empty()) {
+      p = &*std::ranges::min_element(g.points[s], {}, &AttainmentPoint::rate);
+    }
     const CapacityBound b =
         p != nullptr ? capacity_bound(params.cost_model, params.slo, p->work) : CapacityBound{};
     g.bounds.push_back(b);
@@ -94,6 +88,16 @@ bool PolicyGoodput::above_bound() const noexcept {
     if (bounds[s].rate > 0 && goodput_rps.per_seed[s] > bounds[s].rate) return true;
   }
   return false;
+}
+
+const AttainmentPoint* PolicyGoodput::at_goodput(std::size_t seed) const noexcept {
+  if (seed >= points.size() || seed >= goodput_rps.per_seed.size()) return nullptr;
+  const double goodput = goodput_rps.per_seed[seed];
+  if (goodput <= 0) return nullptr;
+  for (const AttainmentPoint& p : points[seed]) {
+    if (p.meets && p.rate == goodput) return &p;
+  }
+  return nullptr;
 }
 
 AttainmentPoint attainment_point(double rate, const ReplayResult& run, const Workload& workload) {

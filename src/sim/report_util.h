@@ -98,20 +98,16 @@ inline nlohmann::ordered_json policy_goodput_json(const PolicyGoodput& p,
   // What the run at each seed's goodput looked like: per class, pooled, and its backlog.
   nlohmann::ordered_json at = nlohmann::ordered_json::array();
   for (std::size_t s = 0; s < p.points.size(); ++s) {
-    const double g = s < p.goodput_rps.per_seed.size() ? p.goodput_rps.per_seed[s] : 0;
     nlohmann::ordered_json a = nullptr;
-    for (const AttainmentPoint& pt : p.points[s]) {
-      if (g > 0 && pt.meets && pt.rate == g) {
-        a = {{"rate", pt.rate},
-             {"chat_pct", pt.chat_pct},
-             {"reasoning_pct", pt.reasoning_pct},
-             {"pooled_pct", pt.attainment_pct},
-             {"backlog_mid", pt.backlog_mid},
-             {"backlog_end", pt.backlog_end},
-             {"backlog_work_mid", pt.backlog_work_mid},
-             {"backlog_work_end", pt.backlog_work_end}};
-        break;
-      }
+    if (const AttainmentPoint* pt = p.at_goodput(s)) {
+      a = {{"rate", pt->rate},
+           {"chat_pct", pt->chat_pct},
+           {"reasoning_pct", pt->reasoning_pct},
+           {"pooled_pct", pt->attainment_pct},
+           {"backlog_mid", pt->backlog_mid},
+           {"backlog_end", pt->backlog_end},
+           {"backlog_work_mid", pt->backlog_work_mid},
+           {"backlog_work_end", pt->backlog_work_end}};
     }
     at.push_back(a);
   }

@@ -527,15 +527,12 @@ std::string goodput_markdown(const GoodputResult& g, const GoodputResult* double
     double reasoning = 0;
     double pooled = 0;
     int n = 0;
-    for (std::size_t s = 0; s < p.points.size() && s < p.goodput_rps.per_seed.size(); ++s) {
-      for (const AttainmentPoint& pt : p.points[s]) {
-        if (p.goodput_rps.per_seed[s] > 0 && pt.meets && pt.rate == p.goodput_rps.per_seed[s]) {
-          chat += pt.chat_pct;
-          reasoning += pt.reasoning_pct;
-          pooled += pt.attainment_pct;
-          ++n;
-          break;
-        }
+    for (std::size_t s = 0; s < p.points.size(); ++s) {
+      if (const AttainmentPoint* pt = p.at_goodput(s)) {
+        chat += pt->chat_pct;
+        reasoning += pt->reasoning_pct;
+        pooled += pt->attainment_pct;
+        ++n;
       }
     }
     const std::string at = n > 0

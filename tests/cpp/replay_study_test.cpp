@@ -220,6 +220,21 @@ TEST(GoodputSearch, FindsTheCapacityOfALoadKnownByConstruction) {
   EXPECT_GT(g.runs, 4U);
 }
 
+TEST(GoodputSearch, TheRunAtASeedsGoodputIsTheOneThatMetTheRulerAtThatRate) {
+  PolicyGoodput p;
+  p.goodput_rps = seed_stat({2.0, 0.0, 1.5});
+  AttainmentPoint missed_at_goodput = probe(1.5, false);  // a run at the same rate that missed
+  p.points = {{probe(1.0, true), probe(3.0, false), probe(2.0, true)},
+              {probe(0.5, false), probe(0.25, false)},
+              {missed_at_goodput, probe(1.5, true)}};
+  ASSERT_NE(p.at_goodput(0), nullptr);
+  EXPECT_EQ(p.at_goodput(0), &p.points[0][2]);
+  EXPECT_EQ(p.at_goodput(1), nullptr) << "no rate met the ruler on this seed";
+  ASSERT_NE(p.at_goodput(2), nullptr);
+  EXPECT_TRUE(p.at_goodput(2)->meets);
+  EXPECT_EQ(p.at_goodput(3), nullptr) << "no such seed";
+}
+
 TEST(GoodputSearch, EarlyStopDecidesOnlyWhatIsAlreadyDecided) {
   for (const Ruler ruler : {Ruler::kSustainable, Ruler::kPooledWindow}) {
     for (const double rate : {8.0, 2.6, 1.0}) {  // far above capacity, just above it (a backlog), below it
