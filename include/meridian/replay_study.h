@@ -284,7 +284,10 @@ struct WindowAgreement {
   PolicyKind policy = PolicyKind::kMeridian;
   double at_window = 0;
   double at_double = 0;
-  double ratio = 0;                           ///< at_double / at_window (1 when both are 0)
+  double ratio = 0;  ///< at_double / at_window (1 when both are 0)
+  /// The same ratio paired per seed (the seeds' goodputs at 2W over theirs at W), with its 95%
+  /// interval: how finely the seeds resolve the check. agree() judges the means' ratio.
+  SeedStat per_seed;
   [[nodiscard]] bool agree() const noexcept;  ///< within kWindowAgreementPct
 };
 inline constexpr double kWindowAgreementPct = 5;

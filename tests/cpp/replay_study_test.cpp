@@ -235,6 +235,51 @@ TEST(GoodputSearch, TheRunAtASeedsGoodputIsTheOneThatMetTheRulerAtThatRate) {
   EXPECT_EQ(p.at_goodput(3), nullptr) << "no such seed";
 }
 
+TEST(WindowCheck, JudgesTheMeansAndReportsThePairedRatioPerSeed) {
+  auto result = [](double window_s, std::vector<double> fcfs, std::vector<double> meridian) {
+    GoodputResult g;
+    g.window_s = window_s;
+    g.seeds = {42, 43, 44};
+    for (auto [kind, per_seed] :
+         {std::pair{PolicyKind::kVllmFcfs, fcfs}, std::pair{PolicyKind::kMeridian, meridian}}) {
+      PolicyGoodput p;  // as the search leaves it: per seed a goodput, a flag and the runs
+      p.policy = kind;
+      p.at_least.assign(per_seed.size(), false);
+      p.points.resize(per_seed.size());
+      p.bounds.resize(per_seed.size());
+      p.goodput_rps = seed_stat(std::move(per_seed));
+      g.policies.push_back(std::move(p));
+    }
+    return g;
+  };
+  const GoodputResult w = result(3600, {1.0, 1.0, 1.0}, {2.0, 2.0, 2.0});
+  const GoodputResult w2 = result(7200, {1.04, 0.98, 1.0}, {1.8, 1.8, 1.8});
+  const std::vector<WindowAgreement> check = window_agreement(w, w2);
+  ASSERT_EQ(check.size(), 2U);
+  EXPECT_EQ(check[0].policy, PolicyKind::kVllmFcfs);
+  EXPECT_NEAR(check[0].ratio, 1.0067, 1e-3);
+  EXPECT_TRUE(check[0].agree());
+  ASSERT_EQ(check[0].per_seed.per_seed.size(), 3U);
+  EXPECT_NEAR(check[0].per_seed.per_seed[0], 1.04, 1e-12);
+  EXPECT_LT(check[0].per_seed.ci_low, 1.0);
+  EXPECT_GT(check[0].per_seed.ci_high, 1.0);
+  EXPECT_NEAR(check[1].ratio, 0.9, 1e-12);
+  EXPECT_FALSE(check[1].agree());
+  const std::string md = goodput_markdown(w, &w2);
+  EXPECT_NE(md.find("## Window check: 3600 s against 7200 s of arrivals"), std::string::npos) << md;
+  EXPECT_NE(md.find("| meridian | 2 | 1.8 | 0.900 | 0.900 [0.900, 0.900] | **no** |"), std::string::npos)
+      << md;
+  const std::string json = goodput_json(w, ReportContext{}, &w2);
+  EXPECT_NE(json.find("\"per_seed_ratio\""), std::string::npos);
+  EXPECT_NE(json.find("\"all_agree\": false"), std::string::npos);
+  // A policy that met no rate at W but some at 2W disagrees infinitely, not by a division by zero.
+  const std::vector<WindowAgreement> none =
+      window_agreement(result(3600, {0, 0, 0}, {1, 1, 1}), result(7200, {0.5, 0.5, 0.5}, {1, 1, 1}));
+  EXPECT_TRUE(std::isinf(none[0].ratio));
+  EXPECT_FALSE(none[0].agree());
+  EXPECT_TRUE(none[0].per_seed.per_seed.empty());
+}
+
 TEST(GoodputSearch, EarlyStopDecidesOnlyWhatIsAlreadyDecided) {
   for (const Ruler ruler : {Ruler::kSustainable, Ruler::kPooledWindow}) {
     for (const double rate : {8.0, 2.6, 1.0}) {  // far above capacity, just above it (a backlog), below it
