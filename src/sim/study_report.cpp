@@ -279,8 +279,9 @@ std::vector<WindowAgreement> window_agreement(const GoodputResult& window, const
     WindowAgreement a{p.policy, p.goodput_rps.mean, d->goodput_rps.mean, 1.0, {}};
     std::vector<double> paired;
     for (std::size_t s = 0; s < p.goodput_rps.per_seed.size() && s < d->goodput_rps.per_seed.size(); ++s) {
-      if (p.goodput_rps.per_seed[s] > 0)
+      if (p.goodput_rps.per_seed[s] > 0) {
         paired.push_back(d->goodput_rps.per_seed[s] / p.goodput_rps.per_seed[s]);
+      }
     }
     a.per_seed = seed_stat(std::move(paired));
     if (a.at_window > 0) {
