@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/input_file.h"
+#include "config/input_shape.h"
 #include "config/toml_fields.h"
 
 namespace meridian {
@@ -44,13 +45,19 @@ const std::array<Role, 5> kRoles{{
 
 TokenizerVocab TokenizerVocab::from_json(std::string_view json_text, std::string_view source_name) {
   nlohmann::json doc;
+  // Bounded before anything recurses into it (config/input_shape.h).
+  if (const auto deep = input_shape::json_too_deep(json_text)) {
+    throw TokenizerError(fmt::format("{}: not a tokenizer.json: {} (line {}, byte {})", source_name,
+                                     deep->what, deep->line, deep->byte));
+  }
   try {
     doc = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error& e) {
-    throw TokenizerError(fmt::format("{}: not valid JSON at byte {}: {}", source_name, e.byte, e.what()));
+    throw TokenizerError(
+        fmt::format("{}: not valid JSON at byte {}: {}", source_name, e.byte, toml_fields::shown(e.what())));
   } catch (const nlohmann::json::exception& e) {
     // A number too large for a double (out_of_range.406) is not a parse_error.
-    throw TokenizerError(fmt::format("{}: not valid JSON: {}", source_name, e.what()));
+    throw TokenizerError(fmt::format("{}: not valid JSON: {}", source_name, toml_fields::shown(e.what())));
   }
   const auto added = doc.find("added_tokens");
   if (!doc.is_object() || added == doc.end() || !added->is_array()) {
@@ -71,7 +78,7 @@ TokenizerVocab TokenizerVocab::from_json(std::string_view json_text, std::string
       if (it == entry.end()) return false;
       if (!it->is_boolean()) {
         throw TokenizerError(fmt::format("{}: /added_tokens/{}/{} must be true or false; got {}", source_name,
-                                         i, name, it->dump()));
+                                         i, name, toml_fields::shown(it->dump())));
       }
       return it->get<bool>();
     };
@@ -80,11 +87,11 @@ TokenizerVocab TokenizerVocab::from_json(std::string_view json_text, std::string
     if (!id.is_number_unsigned() || id.get<std::uint64_t>() > 0xFFFFFFFFULL) {
       throw TokenizerError(
           fmt::format("{}: /added_tokens/{}/id must be a non-negative 32-bit integer; got {}", source_name, i,
-                      id.dump()));
+                      toml_fields::shown(id.dump())));
     }
     if (!content.is_string()) {
       throw TokenizerError(fmt::format("{}: /added_tokens/{}/content must be a string; got {}", source_name,
-                                       i, content.dump()));
+                                       i, toml_fields::shown(content.dump())));
     }
     AddedToken token;
     token.id = id.get<std::uint32_t>();

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "config/input_shape.h"
+
 namespace meridian::toml_fields {
 namespace {
 
@@ -436,6 +438,13 @@ std::optional<std::size_t> FieldReader::read_choice(const toml::node& node, cons
 
 std::optional<toml::table> parse_document(std::string_view toml_text, std::string_view source_name,
                                           IssueList& issues) {
+  // Bounded before toml++ recurses into it (config/input_shape.h).
+  if (const auto deep = input_shape::toml_too_deep(toml_text)) {
+    issues.add(ConfigIssue{"", fmt::format("TOML document too deep: {} (at byte {})", deep->what, deep->byte),
+                           std::string(source_name), static_cast<std::uint32_t>(deep->line),
+                           static_cast<std::uint32_t>(deep->column)});
+    return std::nullopt;
+  }
   try {
     return toml::parse(toml_text, source_name);
   } catch (const toml::parse_error& error) {

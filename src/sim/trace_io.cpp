@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "config/input_shape.h"
+#include "config/toml_fields.h"
 #include "meridian/sim_workload.h"
 
 namespace meridian::sim {
@@ -39,7 +41,9 @@ class LineReader {
       if (required) fail(field, "is required");
       return fallback;
     }
-    if (!it->is_number_integer()) fail(field, fmt::format("must be an integer; got {}", it->dump()));
+    if (!it->is_number_integer()) {
+      fail(field, fmt::format("must be an integer; got {}", toml_fields::shown(it->dump())));
+    }
     const auto out_of_range = [&](auto got) {
       fail(field, fmt::format("must be in [{}, {}]; got {}", min, std::numeric_limits<T>::max(), got));
     };
@@ -62,11 +66,13 @@ class LineReader {
       if (required) fail(field, "is required");
       return 0;
     }
-    if (!it->is_number()) fail(field, fmt::format("must be a number; got {}", it->dump()));
+    if (!it->is_number()) {
+      fail(field, fmt::format("must be a number; got {}", toml_fields::shown(it->dump())));
+    }
     const auto v = it->get<double>();
     if (!std::isfinite(v) || v < 0 || v > kMaxEventTimeS) {
       fail(field, fmt::format("must be a finite number of seconds in [0, {:g}]; got {}", kMaxEventTimeS,
-                              it->dump()));
+                              toml_fields::shown(it->dump())));
     }
     return v;
   }
@@ -92,14 +98,19 @@ Workload read_trace(std::istream& in, std::string_view source_name) {
     const auto first = text.find_first_not_of(" \t\r");
     if (first == std::string::npos || text[first] == '#') continue;
     json obj;
+    // Bounded before anything recurses into it (config/input_shape.h); a trace line is flat.
+    if (const auto deep = input_shape::json_too_deep(text)) {
+      throw TraceError(fmt::format("{}:{}: {} (byte {})", source_name, line, deep->what, deep->byte));
+    }
     try {
       obj = json::parse(text);
     } catch (const json::parse_error& e) {
-      throw TraceError(
-          fmt::format("{}:{}: not valid JSON (byte {}): {}", source_name, line, e.byte, e.what()));
+      throw TraceError(fmt::format("{}:{}: not valid JSON (byte {}): {}", source_name, line, e.byte,
+                                   toml_fields::shown(e.what())));
     } catch (const json::exception& e) {
       // A number too large for a double (out_of_range.406) is not a parse_error.
-      throw TraceError(fmt::format("{}:{}: not valid JSON: {}", source_name, line, e.what()));
+      throw TraceError(
+          fmt::format("{}:{}: not valid JSON: {}", source_name, line, toml_fields::shown(e.what())));
     }
     if (!obj.is_object()) {
       throw TraceError(

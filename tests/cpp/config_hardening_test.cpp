@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include "config/input_file.h"
 #include "config/schema.h"
 #include "meridian/config.h"
 #include <sys/stat.h>
@@ -142,6 +143,26 @@ TEST(ConfigHardening, PipesAndEmptyDevicesStillWork) {
   writer.join();
   std::filesystem::remove(fifo);
   EXPECT_EQ(config.scheduler.max_think_tokens, 4096U);
+}
+
+TEST(ConfigHardening, AFifoNothingWritesToIsAnErrorNotAHang) {
+  // $MERIDIAN_CONFIG pointing at a stray FIFO: open() alone would block until a writer came.
+  const auto fifo = std::filesystem::temp_directory_path() / "meridian-config-nowriter.fifo";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string why;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(
+      input_file::read_all(fifo, why, input_file::kMaxTextFileBytes, std::chrono::milliseconds(200)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(why, "it is a FIFO and nothing wrote to it within 200 ms");
+  // A writer that opens and closes without a byte: an empty document, as from an empty pipe.
+  std::thread writer([&] { std::ofstream{fifo}; });
+  const auto text = input_file::read_all(fifo, why);
+  writer.join();
+  std::filesystem::remove(fifo);
+  ASSERT_TRUE(text.has_value()) << why;
+  EXPECT_EQ(*text, "");
 }
 
 // ---- bounded, linear-time validation --------------------------------------------

@@ -236,24 +236,15 @@ def test_cli_bad_log_level_is_a_usage_error(meridian_bin, tmp_path, value):
             f"'{value}'") in result.stderr
 
 
-# --- inside vLLM: the plugin and the adapter's set-up apply [logging] ---
+# --- inside vLLM: the adapter's set-up applies [logging] (there is no vllm.general_plugins entry) ---
 
-@pytest.mark.parametrize("entry", ["plugin", "resolve_setup"])
-def test_vllm_start_up_applies_the_logging_section(monkeypatch, tmp_path, capsys, entry):
+def test_vllm_start_up_applies_the_logging_section(monkeypatch, tmp_path):
     cfg = tmp_path / "meridian.toml"
     cfg.write_text('[logging]\nlevel = "debug"\nformat = "json"\n')
     monkeypatch.setenv("MERIDIAN_CONFIG", str(cfg))
     monkeypatch.setenv("MERIDIAN_MODEL", "qwen3")
-    if entry == "plugin":
-        from meridian.vllm import plugin
-        monkeypatch.setattr(plugin, "_done", False)
-        plugin.register()
-    else:
-        from meridian.vllm._setup import resolve_setup
-        assert resolve_setup(types.SimpleNamespace()).model_name == "qwen3"
+    from meridian.vllm._setup import resolve_setup
+    assert resolve_setup(types.SimpleNamespace()).model_name == "qwen3"
     assert logging.getLogger("meridian").level == logging.DEBUG
     assert isinstance(meridian_handlers()[0].formatter, logging_setup.JsonFormatter)
     assert (meridian._meridian.log_level(), meridian._meridian.log_format()) == ("debug", "json")
-    if entry == "plugin":  # its own debug record, now a JSON line on stderr
-        entries = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
-        assert any(e["msg"] == f"meridian: configuration from {cfg}" for e in entries), entries

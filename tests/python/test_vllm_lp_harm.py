@@ -23,8 +23,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import pathlib
 import shutil
+import subprocess
+import sys
 import tomllib
 
 # The vLLM environment (offline, CPU, a private cache root) is set by conftest.py.
@@ -134,8 +137,8 @@ def drive_v1(procs, steps: int = 10) -> tuple[list[int], bool]:
 def test_the_package_registers_no_logits_processor_entry_point():
     from importlib.metadata import entry_points
 
-    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]
-    assert "vllm.logits_processors" not in declared
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"].get("entry-points", {})
+    assert "vllm.logits_processors" not in declared and "vllm.general_plugins" not in declared
     installed = [ep.value for ep in entry_points(group="vllm.logits_processors")]
     assert not [value for value in installed if value.startswith("meridian")], installed
 
@@ -200,19 +203,30 @@ def invalid_toml_in_cwd(tmp_path, monkeypatch):
 
 
 def test_invalid_meridian_toml_never_stops_an_engine_that_does_not_use_meridian(vllm_config, invalid_toml_in_cwd,
-                                                                                v2_states, monkeypatch, caplog):
+                                                                                v2_states):
     from vllm.v1.sample.logits_processor import build_logitsprocs
     from vllm.v1.worker.gpu.sample.logits_processor.loader import build_custom_logits_processors
 
-    from meridian.vllm import plugin
-
-    monkeypatch.setattr(plugin, "_done", False)
-    with caplog.at_level(logging.DEBUG, logger="meridian.vllm"):
-        plugin.register()  # vLLM runs it in every process: it reports, never raises
-    assert any("invalid configuration" in r.getMessage() for r in caplog.records)
     procs = build_logitsprocs(vllm_config, torch.device("cpu"), False, False, ())
     assert list(procs.all) and not [p for p in procs.all if isinstance(p, ForceThinkEnd)]
     assert build_custom_logits_processors(vllm_config, v2_states, False, None) == []
+
+
+def test_vllm_loads_nothing_of_meridian_in_an_engine_that_did_not_enable_it(tmp_path):
+    """No entry point of the installed package puts Meridian into every vLLM process: vLLM's
+    own plugin loaders (general, platform, logits processors, IO processors) import nothing of
+    it, so no meridian.toml, however hostile, is ever read there."""
+    from importlib.metadata import entry_points
+
+    for group in ("vllm.general_plugins", "vllm.platform_plugins", "vllm.logits_processors",
+                  "vllm.io_processor_plugins", "vllm.stat_logger_plugins"):
+        assert not [e for e in entry_points(group=group) if e.value.startswith("meridian")], group
+    code = ("import sys; from vllm.plugins import load_general_plugins; load_general_plugins(); "
+            "bad = sorted(m for m in sys.modules if m == 'meridian' or m.startswith('meridian.')); "
+            "assert not bad, bad")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "MERIDIAN_CONFIG": str(tmp_path / "absent.toml")})
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_invalid_meridian_toml_stops_an_engine_that_enabled_the_processor(vllm_config, invalid_toml_in_cwd,
@@ -475,11 +489,27 @@ def test_a_build_without_the_cuda_kernel_probes_cuda_logits_on_the_cpu_kernel(vl
 # -- end to end ----------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def hostile_config_around(tmp_path, monkeypatch):
+    """What once crashed or hung every vLLM process with Meridian installed: a ./meridian.toml
+    whose table header has 40,000 parts (the TOML reader recursed until SIGSEGV) and
+    $MERIDIAN_CONFIG naming a FIFO that nothing writes to (open() blocked forever)."""
+    monkeypatch.delenv("MERIDIAN_MODEL", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / ".config"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "meridian.toml").write_text("[" + ".".join(["a"] * 40000) + "]\nx = 1\n")
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("MERIDIAN_CONFIG", str(fifo))
+    return tmp_path
+
+
 @pytest.mark.e2e
-def test_an_engine_without_meridian_starts_and_generates_next_to_an_invalid_meridian_toml(invalid_toml_in_cwd):
-    """``LLM(...)`` without Meridian's flags, in a directory holding an invalid
-    meridian.toml: the engine starts (the plugin only logs it), no logits
-    processor of Meridian's is built, nothing is forced."""
+def test_an_engine_without_meridian_starts_and_generates_next_to_a_hostile_meridian_config(hostile_config_around):
+    """``LLM(...)`` without Meridian's flags, next to a ./meridian.toml built to crash the
+    reader and a $MERIDIAN_CONFIG FIFO built to hang it: the engine starts and serves, no
+    logits processor of Meridian's is built, nothing is forced."""
     import gc
 
     from vllm import LLM

@@ -20,7 +20,6 @@ from typing import Any
 _EXPORTS = {
     "Scheduler": ".scheduler",
     "ForceThinkEnd": ".logits_processor",
-    "register": ".plugin",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -84,7 +84,7 @@ def resolve_setup(vllm_config: Any) -> Setup:
     """The configuration and the checked model preset for this engine.
     Raises MeridianSetupError with a clear message when they disagree."""
     config, source = load_meridian_config()
-    meridian.configure_logging(config)  # idempotent; also done by the plugin at start-up
+    meridian.configure_logging(config)  # idempotent; only engines that enable a part get here
     parser, start, end = _served_reasoning(vllm_config)
     names = list(config.model_names)
     chosen = os.environ.get(MODEL_ENV, "").strip()
