@@ -445,3 +445,22 @@ def test_console_script_forwards_other_commands_to_the_cpp_cli(tmp_path, meridia
                        timeout=60, check=False)
     assert r.returncode == 2 and "MERIDIAN_BIN" in r.stderr
     assert pathlib.Path(module.__file__).name == "cli.py"
+
+
+def test_console_script_never_runs_a_binary_from_the_callers_directory(tmp_path):
+    """A `./build/bin/meridian` in the working directory is whatever that directory holds: the
+    console script neither runs it nor a relative $MERIDIAN_BIN that names it."""
+    planted = tmp_path / "build" / "bin" / "meridian"
+    planted.parent.mkdir(parents=True)
+    marker = tmp_path / "ran"
+    planted.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    planted.chmod(0o755)
+    script = ("import sys; sys.argv = ['meridian', 'check-config', '--help']; "
+              "from meridian.engine_replay.cli import console_main; raise SystemExit(console_main())")
+    env = {k: v for k, v in os.environ.items() if k != "MERIDIAN_BIN"}
+    for extra in ({}, {"MERIDIAN_BIN": "build/bin/meridian"}, {"MERIDIAN_BIN": str(tmp_path)}):
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**env, **extra},
+                           cwd=tmp_path, timeout=60, check=False)
+        assert r.returncode == 2 and "MERIDIAN_BIN" in r.stderr, (extra, r.stderr)
+        assert len(r.stderr.splitlines()) == 1, r.stderr
+        assert not marker.exists(), extra

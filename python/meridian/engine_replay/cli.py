@@ -224,7 +224,9 @@ def _vllm_version() -> str:
 
 def console_main() -> int:
     """The `meridian` console script: `meridian engine-replay ...` runs here; every other
-    command is the C++ CLI's (`make build` puts it at build/bin/meridian; $MERIDIAN_BIN names it)."""
+    command is the C++ CLI's, run only from $MERIDIAN_BIN. The wheel does not ship that CLI, and
+    the caller's directory is never searched: a `./build/bin/meridian` there is whatever the
+    directory holds, not this package's."""
     argv = sys.argv[1:]
     if argv and argv[0] == "engine-replay":
         try:
@@ -233,13 +235,20 @@ def console_main() -> int:
             print(f"meridian engine-replay needs vLLM in this Python ({sys.executable}): {e}", file=sys.stderr)
             return 2
         return main(argv[1:])
-    cli = os.environ.get("MERIDIAN_BIN") or ("build/bin/meridian" if pathlib.Path("build/bin/meridian").is_file()
-                                             else "")
+    cli = os.environ.get("MERIDIAN_BIN", "")
     if cli:
+        path = pathlib.Path(cli)
+        if not path.is_absolute():
+            print(f"meridian: MERIDIAN_BIN={cli!r} must be an absolute path (a relative one would name "
+                  "whatever the current directory holds)", file=sys.stderr)
+            return 2
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            print(f"meridian: MERIDIAN_BIN={cli!r} is not an executable file", file=sys.stderr)
+            return 2
         os.execv(cli, [cli, *argv])
     print("meridian (Python package): this entry point runs `meridian engine-replay`; the other commands "
-          "(replay, check-config, bench-probe) are the C++ CLI: `make build` puts it at build/bin/meridian, "
-          "or set MERIDIAN_BIN to it", file=sys.stderr)
+          "(replay, check-config, bench-probe) are the C++ CLI, which the wheel does not ship: `make build` "
+          "puts it at build/bin/meridian; set MERIDIAN_BIN to its absolute path", file=sys.stderr)
     return 2
 
 
