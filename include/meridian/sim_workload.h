@@ -88,8 +88,17 @@ struct WorkloadParams {
 /// docs/replay.md). Throws ConfigError on an unknown kind.
 [[nodiscard]] WorkloadParams workload_preset(std::string_view kind);
 
-/// Throws ConfigError ("workload.<field> ...") on out-of-range parameters.
+/// The most requests one workload may hold: a generated workload's expected count
+/// (arrival_rate x duration_s x mean_turns), and a trace's lines. Every caller (the CLI, the
+/// studies, the Python API) goes through validate() or read_trace(), so none can grow memory
+/// past it (~1 KB per request in flight in the simulator).
+inline constexpr double kMaxWorkloadRequests = 5e6;
+
+/// Throws ConfigError ("workload.<field> ...") on out-of-range parameters, including an
+/// expected request count above kMaxWorkloadRequests.
 void validate(const WorkloadParams& params);
+/// validate(params), then the requests; throws ConfigError should the draw itself exceed twice
+/// kMaxWorkloadRequests (a bound on memory, not a limit a valid workload meets).
 [[nodiscard]] Workload generate_workload(const WorkloadParams& params, std::uint64_t seed);
 
 /// Latest first-turn `arrival_s` and longest follow-up `delay_s` a workload
@@ -106,8 +115,11 @@ class TraceError : public Error {
 };
 
 /// JSONL trace: one request object per line (docs/benchmarks.md#trace-format).
-/// Blank lines and lines starting with '#' are skipped. Throws TraceError.
+/// Blank lines and lines starting with '#' are skipped. Throws TraceError, also past
+/// kMaxWorkloadRequests requests.
 [[nodiscard]] Workload read_trace(std::istream& in, std::string_view source_name);
+/// read_trace() of a file read as every input file is (at most 64 MiB; a directory, a failed
+/// read or a FIFO nothing writes to is a TraceError naming the path).
 [[nodiscard]] Workload load_trace(const std::filesystem::path& path);
 void write_trace(const Workload& workload, std::ostream& out);
 

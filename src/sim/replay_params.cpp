@@ -36,8 +36,6 @@ constexpr double kU32Max = std::numeric_limits<std::uint32_t>::max();
 constexpr double kMaxSimTimeS = 30.0 * 86400;
 /// The time series holds at most this many samples (~56 MB).
 constexpr double kMaxSeriesSamples = 1e6;
-/// A generated workload holds at most this many requests (expected count).
-constexpr double kMaxExpectedRequests = 5e6;
 /// Longest request part a length distribution may draw (a 16 Mi-token context).
 constexpr double kMaxLengthTokens = 16777216;
 /// The KV cache holds at most this many tokens (the block manager keeps per-block state).
@@ -208,18 +206,6 @@ void check_bounds(const ReplayParams& p, IssueList& issues) {
     issues.add("engine.async_scheduling",
                "engine.async_scheduling must be false when [disagg] is on: the disaggregated mode is "
                "modelled with one step in flight");
-  }
-  const WorkloadParams& w = p.workload;
-  const double turns = w.kind == "seeds-mix" ? 1.0 : w.mean_turns;  // seeds-mix has single-turn requests
-  const double expected = w.arrival_rate * w.duration_s * turns;
-  if (expected > kMaxExpectedRequests) {
-    issues.add(
-        "workload.arrival_rate",
-        fmt::format("workload.arrival_rate x workload.duration_s x workload.mean_turns (the expected "
-                    "request count) must be <= {:.0f}; got {:.4g} (arrival_rate = {}, duration_s = {}, "
-                    "mean_turns = {})",
-                    kMaxExpectedRequests, expected, toml_fields::format_double(w.arrival_rate),
-                    toml_fields::format_double(w.duration_s), toml_fields::format_double(turns)));
   }
 }
 

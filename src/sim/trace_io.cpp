@@ -5,13 +5,16 @@
 #include <fstream>
 #include <istream>
 #include <limits>
+#include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "config/input_file.h"
 #include "config/input_shape.h"
 #include "config/toml_fields.h"
 #include "meridian/sim_workload.h"
@@ -97,6 +100,10 @@ Workload read_trace(std::istream& in, std::string_view source_name) {
     ++line;
     const auto first = text.find_first_not_of(" \t\r");
     if (first == std::string::npos || text[first] == '#') continue;
+    if (static_cast<double>(w.requests.size()) >= kMaxWorkloadRequests) {
+      throw TraceError(fmt::format("{}:{}: a trace holds at most {:.0f} requests", source_name, line,
+                                   kMaxWorkloadRequests));
+    }
     json obj;
     // Bounded before anything recurses into it (config/input_shape.h); a trace line is flat.
     if (const auto deep = input_shape::json_too_deep(text)) {
@@ -175,8 +182,13 @@ Workload read_trace(std::istream& in, std::string_view source_name) {
 }
 
 Workload load_trace(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw TraceError(fmt::format("{}: cannot open the trace file", path.string()));
+  std::string why;
+  const std::optional<std::string> text = input_file::read_all(path, why);
+  if (!text) {
+    throw TraceError(
+        fmt::format("{}: cannot read the trace file: {}", toml_fields::shown(path.string(), 256), why));
+  }
+  std::istringstream in(*text);
   return read_trace(in, path.string());
 }
 

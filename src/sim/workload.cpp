@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "config/toml_fields.h"
 #include "meridian/sim_workload.h"
 
 namespace meridian::sim {
@@ -155,6 +156,20 @@ void validate(const WorkloadParams& p) {
   check_dist(issues, p.think, "think");
   check_dist(issues, p.answer, "answer");
   check_dist(issues, p.follow_up_prompt, "follow_up_prompt");
+  if (issues.empty()) {
+    const double turns = p.kind == "seeds-mix" ? 1.0 : p.mean_turns;  // seeds-mix has single-turn requests
+    const double expected = p.arrival_rate * p.duration_s * turns;
+    if (expected > kMaxWorkloadRequests) {
+      issues.push_back(
+          {"workload.arrival_rate",
+           fmt::format("workload.arrival_rate x workload.duration_s x workload.mean_turns (the expected "
+                       "request count) must be <= {:.0f}; got {:.4g} (arrival_rate = {}, duration_s = {}, "
+                       "mean_turns = {})",
+                       kMaxWorkloadRequests, expected, toml_fields::format_double(p.arrival_rate),
+                       toml_fields::format_double(p.duration_s), toml_fields::format_double(turns)),
+           "", 0, 0});
+    }
+  }
   if (!issues.empty()) throw ConfigError(std::move(issues));
 }
 
@@ -171,6 +186,12 @@ Workload generate_workload(const WorkloadParams& p, std::uint64_t seed) {
         p.arrival_process == "uniform" ? 1.0 : -std::log(1.0 - uniform01(seed, kArrival, conversation));
     t += gap / p.arrival_rate;
     if (t >= p.duration_s) break;
+    if (static_cast<double>(w.requests.size()) > 2 * kMaxWorkloadRequests) {
+      throw ConfigError(
+          {{"workload.arrival_rate",
+            fmt::format("workload.arrival_rate: the draw exceeded {:.0f} requests", 2 * kMaxWorkloadRequests),
+            "", 0, 0}});
+    }
     ++conversation;
     const bool reasoning = uniform01(seed, kKind, conversation) < p.reasoning_ratio;
     std::uint32_t turns = 1;

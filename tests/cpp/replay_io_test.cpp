@@ -299,12 +299,37 @@ TEST(Trace, NumbersBeyondTheirTypeAreTraceErrorsThatShowTheValue) {
 TEST(Trace, AFileThatCannotBeReadIsAnError) {
   // Was "holds no requests" for a directory, and a silently cut-short trace for a read error.
   const std::string dir = std::filesystem::temp_directory_path().string();
-  EXPECT_NE(error_of([&] { (void)load_trace(dir); }).find(dir + ": reading the trace failed after line 0"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { (void)load_trace(dir); }).find(dir + ": cannot read the trace file: it is a directory"),
+      std::string::npos);
   if (std::filesystem::exists("/proc/self/mem")) {
-    EXPECT_NE(error_of([] { (void)load_trace("/proc/self/mem"); }).find("reading the trace failed"),
+    EXPECT_NE(error_of([] { (void)load_trace("/proc/self/mem"); }).find("cannot read the trace file"),
               std::string::npos);
   }
+  // Memory without bound (issue 48): an endless stream is cut off at the input-file limit.
+  if (std::filesystem::exists("/dev/zero")) {
+    EXPECT_NE(error_of([] { (void)load_trace("/dev/zero"); }).find("it is larger than 64 MiB"),
+              std::string::npos);
+  }
+}
+
+TEST(Workloads, TheRequestLimitHoldsForEveryCallerOfTheGenerator) {
+  // The CLI checked it in validate(ReplayParams); the Python API called the generator directly
+  // and grew until the OOM killer. The limit now lives in validate(WorkloadParams).
+  WorkloadParams w = workload_preset("mixed");
+  w.arrival_rate = 1e6;
+  w.duration_s = 3600;
+  try {
+    (void)generate_workload(w, 1);
+    FAIL() << "generated";
+  } catch (const ConfigError& e) {
+    ASSERT_EQ(e.issues().size(), 1U);
+    EXPECT_EQ(e.issues()[0].path, "workload.arrival_rate");
+    EXPECT_NE(e.issues()[0].message.find("(the expected request count) must be <= 5000000"),
+              std::string::npos);
+  }
+  w.arrival_rate = kMaxWorkloadRequests / w.duration_s / w.mean_turns * 0.999;
+  EXPECT_NO_THROW(validate(w));
 }
 
 TEST(Trace, ShippedExampleTraceLoads) {

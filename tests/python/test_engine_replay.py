@@ -464,3 +464,17 @@ def test_console_script_never_runs_a_binary_from_the_callers_directory(tmp_path)
         assert r.returncode == 2 and "MERIDIAN_BIN" in r.stderr, (extra, r.stderr)
         assert len(r.stderr.splitlines()) == 1, r.stderr
         assert not marker.exists(), extra
+
+
+@pytest.mark.parametrize("call", ["generate_workload", "run_replay"])
+def test_the_python_simulator_api_enforces_the_request_limit(call):
+    """Memory without bound (issue 48): the API once skipped the CLI's request limit and grew,
+    holding the interpreter lock, until the OOM killer. The limit is in the C++ entry point
+    every caller shares, so it raises at once, naming the field."""
+    p = params(duration_s=3600, rate=1e6)
+    with pytest.raises(ValueError, match=r"workload\.arrival_rate .*the expected request count\) must be <= "
+                                         r"5000000"):
+        if call == "generate_workload":
+            sim.generate_workload(p.workload, 1)
+        else:
+            sim.run_replay(p, "vllm-fcfs", 1)
