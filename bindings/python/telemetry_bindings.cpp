@@ -18,6 +18,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "meridian/config.h"
 #include "meridian/error.h"
 #include "meridian/kv_block_manager.h"
 #include "meridian/kv_offload_counters.h"
@@ -274,6 +275,14 @@ void bind_telemetry(nb::module_& m) {
           },
           "feed"_a, "ttft_s"_a, "output_tpot_s"_a, "think_tpot_s"_a, "think_start_ids"_a, "ttfv_s"_a = 0.0,
           nb::keep_alive<1, 2>())
+      .def(
+          "__init__",
+          [](RequestClock* self, EngineMetrics& feed, const MeridianConfig& config,
+             const std::vector<TokenId>& think_start_ids) {
+            new (self) RequestClock(feed, RequestClock::slo_of(config.scheduler), think_start_ids);
+          },
+          "feed"_a, "config"_a, "think_start_ids"_a, nb::keep_alive<1, 2>(),
+          "The verdict's bounds from the configuration's [scheduler] (RequestClock::slo_of)")
       .def("add", &RequestClock::add, "request_id"_a, "arrival_s"_a, "thinking"_a)
       .def("set_thinking", &RequestClock::set_thinking, "request_id"_a, "thinking"_a)
       .def("think_ended", &RequestClock::think_ended, "request_id"_a, "now_s"_a)

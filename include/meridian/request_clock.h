@@ -23,6 +23,10 @@
 
 #include "meridian/types.h"
 
+namespace meridian {
+struct SchedulerConfig;
+}  // namespace meridian
+
 namespace meridian::telemetry {
 
 class EngineMetrics;
@@ -38,6 +42,10 @@ class RequestClock {
     double think_tpot_s = 0.08;
     double ttfv_s = 0;
   };
+  /// The verdict's bounds an operator configured: [scheduler] ttft_slo_ms, output_tpot_budget_ms,
+  /// think_tpot_budget_ms and ttfv_slo_ms, in seconds. The one derivation every adapter uses; a
+  /// positive ttfv_slo_ms stays a bound however small.
+  [[nodiscard]] static Slo slo_of(const SchedulerConfig& scheduler) noexcept;
 
   /// `think_start_ids`: tokens that open a think block; a sampled think start
   /// is never a visible token.
@@ -57,8 +65,9 @@ class RequestClock {
   /// (ITL is per step: a step's tokens arrive together). Unknown ids are ignored.
   void sampled(RequestId id, TokenId first, double now_s) noexcept;
   /// The request is released at `now_s`: records its times and verdict and
-  /// forgets it. `think_tokens` <= 0: it had no think block. Unknown ids are
-  /// ignored.
+  /// forgets it. `think_tokens`: the tokens of its think block (0: none); a
+  /// negative count is meridian::InvalidArgument (it would turn a think TPOT
+  /// miss into a pass). Unknown ids are ignored.
   void finish(RequestId id, bool completed, std::int64_t think_tokens, double now_s);
 
   /// Requests it tracks.

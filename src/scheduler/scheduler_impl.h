@@ -65,9 +65,11 @@ struct DualQueueScheduler::Impl {
   // the sums saturate: a cost model or budget that predicts absurd times must
   // not overflow int64 (UB; on x86 it wrapped negative and starved think).
   static constexpr double kMaxSpanNs = 1e18;
+  // A positive span is at least 1 ns: a bound of 1e-9 ms is a bound no request meets, not
+  // "no bound" (0), which is what truncation would make of it.
   [[nodiscard]] static std::int64_t span_ns(double ns) noexcept {
     if (!(ns > 0)) return 0;  // also NaN
-    return static_cast<std::int64_t>(std::min(ns, kMaxSpanNs));
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(ns, kMaxSpanNs)));
   }
   [[nodiscard]] static std::int64_t clock_plus(std::int64_t t, std::int64_t span) noexcept {
     return t > std::numeric_limits<std::int64_t>::max() - span ? std::numeric_limits<std::int64_t>::max()

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include <absl/container/flat_hash_map.h>
 
+#include "meridian/config.h"
 #include "meridian/error.h"
 #include "meridian/metrics.h"
 
@@ -57,6 +59,18 @@ RequestClock::RequestClock(EngineMetrics& feed, Slo slo, std::span<const TokenId
 
 RequestClock::~RequestClock() = default;
 
+RequestClock::Slo RequestClock::slo_of(const SchedulerConfig& scheduler) noexcept {
+  constexpr double kMsToS = 1e-3;
+  Slo slo;
+  slo.ttft_s = scheduler.ttft_slo_ms * kMsToS;
+  slo.output_tpot_s = scheduler.output_tpot_budget_ms * kMsToS;
+  slo.think_tpot_s = scheduler.think_tpot_budget_ms * kMsToS;
+  slo.ttfv_s = scheduler.ttfv_slo_ms > 0
+                   ? std::max(scheduler.ttfv_slo_ms * kMsToS, std::numeric_limits<double>::min())
+                   : 0.0;
+  return slo;
+}
+
 void RequestClock::add(RequestId id, double arrival_s, bool thinking) {
   Times t;
   t.arrival = arrival_s;
@@ -89,6 +103,10 @@ void RequestClock::sampled(RequestId id, TokenId first, double now_s) noexcept {
 }
 
 void RequestClock::finish(RequestId id, bool completed, std::int64_t think_tokens, double now_s) {
+  if (think_tokens < 0) {
+    throw InvalidArgument("RequestClock.finish: think_tokens must be >= 0, got " +
+                          std::to_string(think_tokens));
+  }
   auto node = impl_->times.extract(id);
   if (node.empty()) return;
   const Times& t = node.mapped();

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "meridian/config.h"
 #include "meridian/error.h"
 #include "meridian/metrics.h"
 
@@ -158,6 +159,52 @@ TEST(RequestClock, UnknownIdsAreIgnoredAndReAddingRestarts) {
   rig.clock.finish(5, true, 0, 1.2);
   EXPECT_NEAR(rig.sum(MetricId::kRequestTtft), 0.1, 1e-9);
   EXPECT_EQ(rig.clock.size(), 0U);
+}
+
+TEST(RequestClock, TheVerdictUsesTheConfiguredBounds) {
+  // Inside vLLM the verdict hard-coded TTFT at 1 s and had no TTFV bound, whatever
+  // [scheduler] said (issue 48). slo_of() is the one derivation.
+  SchedulerConfig scheduler;
+  scheduler.ttft_slo_ms = 2000;
+  scheduler.output_tpot_budget_ms = 30;
+  scheduler.think_tpot_budget_ms = 90;
+  scheduler.ttfv_slo_ms = 500;
+  const RequestClock::Slo slo = RequestClock::slo_of(scheduler);
+  EXPECT_DOUBLE_EQ(slo.ttft_s, 2.0);
+  EXPECT_DOUBLE_EQ(slo.output_tpot_s, 0.03);
+  EXPECT_DOUBLE_EQ(slo.think_tpot_s, 0.09);
+  EXPECT_DOUBLE_EQ(slo.ttfv_s, 0.5);
+  Rig rig(slo);
+  rig.clock.add(1, 0.0, false);  // TTFT 1.5 s: met under 2 s (missed under the old fixed 1 s)
+  rig.clock.sampled(1, kWord, 1.5);
+  rig.clock.finish(1, true, 0, 1.6);
+  EXPECT_EQ(rig.slo(kMet), 1);
+  rig.clock.add(2, 10.0, true);  // a reasoning request's first answer token at 0.6 s > 0.5 s
+  rig.clock.sampled(2, kWord, 10.1);
+  rig.clock.think_ended(2, 10.5);
+  rig.clock.set_thinking(2, false);
+  rig.clock.sampled(2, kWord, 10.6);
+  rig.clock.finish(2, true, 5, 10.7);
+  EXPECT_EQ(rig.slo(kMissed), 1);
+  EXPECT_EQ(rig.bound("ttfv"), 1);
+  // A positive TTFV bound stays a bound however small; 0 is none.
+  scheduler.ttfv_slo_ms = 1e-320;
+  EXPECT_GT(RequestClock::slo_of(scheduler).ttfv_s, 0.0);
+  scheduler.ttfv_slo_ms = 0;
+  EXPECT_EQ(RequestClock::slo_of(scheduler).ttfv_s, 0.0);
+}
+
+TEST(RequestClock, ANegativeThinkTokenCountIsRefusedNotAPass) {
+  // finish(think_tokens = -1) skipped the think TPOT check and turned a miss into met.
+  Rig rig;
+  rig.clock.add(3, 0.0, true);
+  rig.clock.sampled(3, kWord, 0.1);
+  rig.clock.think_ended(3, 10.0);  // 100 s of thinking
+  EXPECT_THROW(rig.clock.finish(3, true, -1, 10.1), InvalidArgument);
+  EXPECT_EQ(rig.clock.size(), 1U) << "a refused call changes nothing";
+  rig.clock.finish(3, true, 11, 10.1);  // 990 ms a think token > 80 ms
+  EXPECT_EQ(rig.slo(kMissed), 1);
+  EXPECT_EQ(rig.bound("think_tpot"), 1);
 }
 
 TEST(RequestClock, RefusesBoundsThatAreNotFinitePositive) {

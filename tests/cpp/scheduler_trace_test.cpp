@@ -647,6 +647,8 @@ TEST(SchedulerTrace, AnswersAndThinkingWithoutSlackAreNotPausedForANewPrompt) {
   SchedulerOptions ttfv = admission_options();
   ttfv.ttfv_slo_ms = 250;  // its 200 ms of TTFV slack is gone 50 ms after it arrived
   EXPECT_EQ(paused_for_a_new_prompt(ttfv, true), 0U);
+  ttfv.ttfv_slo_ms = 1e-9;  // a bound below a nanosecond is still a bound (it was "none": 1 paused)
+  EXPECT_EQ(paused_for_a_new_prompt(ttfv, true), 0U);
   SchedulerOptions off = admission_options();
   off.preemption_enabled = false;
   EXPECT_EQ(paused_for_a_new_prompt(off, true), 0U);

@@ -251,3 +251,23 @@ def test_engine_step_tokens_times_every_request_and_feeds_only_boundaries():
     assert series(registry, "meridian_output_itl_seconds")["series"][0]["sum"] == pytest.approx(0.2)
     with pytest.raises(TypeError, match="sampled must be a sequence"):
         step.take(clock, mid_of, ["a"], 5, [THINK], 0.9)
+
+
+def test_request_clock_from_the_configuration_uses_its_bounds_and_refuses_a_negative_count():
+    """What the vLLM adapter builds (issue 48: it hard-coded TTFT at 1 s and ignored TTFV)."""
+    cfg = meridian.parse_config("[scheduler]\nttft_slo_ms = 2000\nttfv_slo_ms = 500\n")
+    registry = MetricRegistry()
+    clock = meridian.RequestClock(EngineMetrics(registry), config=cfg, think_start_ids=[THINK])
+    clock.add(1, 0.0, False)
+    clock.sampled(1, WORD, 1.5)  # TTFT 1.5 s <= 2 s
+    clock.finish(1, True, 0, 1.6)
+    assert registry.value("meridian_slo_requests_total", ("met",)) == 1
+    clock.add(2, 0.0, True)
+    clock.sampled(2, WORD, 0.1)
+    clock.think_ended(2, 0.6)
+    clock.set_thinking(2, False)
+    clock.sampled(2, WORD, 0.61)  # TTFV 0.61 s > 0.5 s
+    with pytest.raises(ValueError, match="think_tokens must be >= 0, got -1"):
+        clock.finish(2, True, -1, 0.7)
+    clock.finish(2, True, 7, 0.7)
+    assert registry.value("meridian_slo_bound_misses_total", ("ttfv",)) == 1

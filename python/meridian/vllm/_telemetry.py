@@ -24,9 +24,11 @@ step that closed the think block to the first visible token; E2E = arrival to
 the request's release, for requests that finished by stop or length. A token
 counts as visible when its request was in the answer phase before the step's
 phase events (so ``</think>`` itself is not). SLO (as the replay's
-``meets_slo``): completed, TTFT <= ``SLO_TTFT_S`` (1 s, the replay's ``[slo]``
-default; the config has no TTFT bound), mean answer TPOT <= ``[scheduler]
-output_tpot_budget_ms`` and mean think TPOT <= ``think_tpot_budget_ms``.
+``meets_slo``, with the bounds the operator configured, derived once in C++ by
+``RequestClock::slo_of``): completed, TTFT <= ``[scheduler] ttft_slo_ms``, mean
+answer TPOT <= ``output_tpot_budget_ms``, mean think TPOT <=
+``think_tpot_budget_ms`` and, for reasoning requests when ``ttfv_slo_ms`` > 0,
+TTFV <= ``ttfv_slo_ms``.
 
 KV: vLLM owns the KV cache. Capacity bytes = the size of vLLM's KV tensors,
 used bytes = vLLM's block-pool usage times that (cached free blocks count as
@@ -54,7 +56,6 @@ from typing import Any
 import meridian
 
 SYNC_INTERVAL_S = 0.25
-SLO_TTFT_S = 1.0
 
 _current: weakref.ref[EngineTelemetry] | None = None
 
@@ -69,9 +70,7 @@ class EngineTelemetry:
         tel = config.telemetry
         # Per-request times, in C++: a step's tokens are timed in one native
         # pass (meridian.EngineStepTokens.take), not a Python loop.
-        self.clock = meridian.RequestClock(
-            self.feed, ttft_s=SLO_TTFT_S, output_tpot_s=config.scheduler.output_tpot_budget_ms / 1000,
-            think_tpot_s=config.scheduler.think_tpot_budget_ms / 1000, think_start_ids=list(think_start_ids))
+        self.clock = meridian.RequestClock(self.feed, config=config, think_start_ids=list(think_start_ids))
         self.next_sync = 0.0
         self.meridian_ns = 0  # time in Meridian's code since the last recorded step
         self.exporter: Any = None

@@ -309,7 +309,11 @@ class _Adapter:
             return
         r = self.requests.get(mid)
         start = self.think_start.get(mid)
-        think_tokens = self.think_end.get(mid, -1) - start if start is not None else 0
+        think_tokens = 0
+        if start is not None:
+            # Released while still thinking (aborted, length-capped): the think tokens so far.
+            end = self.think_end.get(mid, r.num_output_tokens if r is not None else start)
+            think_tokens = max(0, end - start)
         self.telemetry.finished(mid, r is not None and r.status in _COMPLETED, think_tokens)
         self.requests.pop(mid, None)
         self.arrived_ns.pop(mid, None)
