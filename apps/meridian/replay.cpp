@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -144,6 +145,7 @@ std::string describe_command(const ReplayCliOptions& o) {
   if (o.ruler != "sustainable") c += fmt::format(" --ruler {}", o.ruler);
   if (o.window_check) c += " --window-check";
   if (o.pareto) c += " --pareto";
+  if (!o.load_sweep.empty()) c += fmt::format(" --load-sweep {}", fmt::join(o.load_sweep, ","));
   if (o.disagg_fabric) c += fmt::format(" --disagg-fabric {}", *o.disagg_fabric);
   if (o.disagg_bandwidth_gbps) c += fmt::format(" --disagg-bandwidth-gbps {}", *o.disagg_bandwidth_gbps);
   if (o.disagg_latency_us) c += fmt::format(" --disagg-latency-us {}", *o.disagg_latency_us);
@@ -264,6 +266,7 @@ void run_load_sweep(const ReplayCliOptions& o, const std::vector<PolicyKind>& po
                     sim::StudyOptions study, ProgressBar& bar, const fs::path& out_dir) {
   nlohmann::ordered_json sweep;
   sweep["schema_version"] = 2;
+  sweep["command"] = describe_command(o);  // the command line that reproduces it
   sweep["rates"] = o.load_sweep;
   sweep["seeds"] = study.seeds;
   nlohmann::ordered_json runs;

@@ -20,6 +20,7 @@
 #include "meridian/replay.h"
 #include "meridian/replay_timeline.h"
 #include "meridian/sustainable_ruler.h"
+#include "sim/block_hash.h"
 #include "sim/disagg.h"
 #include "sim/engine_setup.h"
 #include "sim/metrics.h"
@@ -85,8 +86,7 @@ class Engine {
         router_(model_, router_limits(o.policy, o)),
         block_tokens_(o.config.kv_memory.block_tokens),
         kv_(kv_options()),
-        pool_(kv_, block_tokens_,
-              [this](RequestId id, std::uint32_t index) { return block_hash(id, index); }),
+        pool_(kv_, block_tokens_, BlockHashes(workload, block_tokens_)),
         watch_(workload, o.params.slo, o.ruler) {
     validate(o.params);
     if (is_adversary(o.policy)) targeted_ = detail::adversary_targets(w_, o.params.engine.adversary_share);
@@ -244,21 +244,6 @@ class Engine {
                           "cost_model.gpu_memory_gib leaves no room for one KV block", "", 0, 0}});
     }
     return k;
-  }
-
-  // Blocks that hold conversation transcript (the prompt, and the answer of a
-  // request without reasoning) hash by (conversation, position), so the next
-  // turn finds them; everything else is unique to the request.
-  [[nodiscard]] std::uint64_t block_hash(RequestId id, std::uint32_t index) const {
-    const RequestSpec& r = w_.requests[id - 1];
-    if (r.conversation > 0) {
-      const std::uint64_t transcript =
-          std::uint64_t{r.prompt_tokens} + (r.reasoning() ? 0U : r.answer_tokens);
-      if ((std::uint64_t{index} + 1) * block_tokens_ <= transcript) {
-        return mix64(mix64(r.conversation * 0x9e3779b97f4a7c15ULL + 1) ^ index);
-      }
-    }
-    return mix64(mix64(id * 0xc2b2ae3d27d4eb4fULL + 2) ^ index);
   }
 
   void admit_arrivals(std::int64_t until_ns) {

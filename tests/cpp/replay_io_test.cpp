@@ -232,6 +232,30 @@ TEST(Trace, ATurnHasOneFollowUpInItsOwnConversation) {
   EXPECT_EQ(read_trace(chain, "t.jsonl").requests.size(), 3U);
 }
 
+TEST(Trace, NoConversationIdCanFakeAPrefixHit) {
+  // Blocks were hashed from the ids themselves: conversation c's prompt blocks as
+  // mix64(mix64(c * K1 + 1) ^ i), request r's own as mix64(mix64(r * K2 + 2) ^ i). The id below
+  // solves c * K1 + 1 = 1 * K2 + 2 (mod 2^64), so request 2 "found" request 1's blocks: a prefix
+  // hit rate of 0.5 between two unrelated requests (issue 48).
+  constexpr std::uint64_t kCrafted = 18066064734844682768ULL;
+  std::istringstream in(
+      "{\"arrival_s\": 0, \"prompt_tokens\": 256, \"answer_tokens\": 4}\n"
+      "{\"arrival_s\": 2, \"prompt_tokens\": 256, \"answer_tokens\": 4, \"conversation\": " +
+      std::to_string(kCrafted) + "}\n");
+  const Workload w = read_trace(in, "collide.jsonl");
+  ReplayOptions o;
+  o.policy = PolicyKind::kVllmFcfs;
+  const ReplayResult r = run_replay(w, o);
+  EXPECT_EQ(r.metric("completed"), 2);
+  EXPECT_EQ(r.metric("prefix_hit_rate"), 0);
+  // The control: the same second request as a real next turn of a conversation of request 1
+  // finds its prompt.
+  std::istringstream turn(
+      "{\"arrival_s\": 0, \"prompt_tokens\": 256, \"answer_tokens\": 4, \"conversation\": 7}\n"
+      "{\"arrival_s\": 2, \"prompt_tokens\": 256, \"answer_tokens\": 4, \"conversation\": 7}\n");
+  EXPECT_GT(run_replay(read_trace(turn, "turn.jsonl"), o).metric("prefix_hit_rate"), 0);
+}
+
 TEST(Trace, TheEngineRefusesAFanOutThatDidNotComeFromATrace) {
   // Workloads built in code (bindings, tests) reach the engine without read_trace.
   Workload w;

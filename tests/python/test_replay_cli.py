@@ -457,3 +457,32 @@ def test_meridian_follows_the_slo_it_is_judged_by(meridian_bin, tmp_path):
         itl[answer], tpot[answer] = run["output_itl_p99_ms"], run["output_tpot_p95_ms"]
     assert tpot[15] <= 15 < tpot[40], tpot
     assert itl[15] <= 1.35 * 15 and itl[15] < itl[40], itl
+
+
+@pytest.mark.parametrize("study, report", [
+    (("--slo-grid", "--policies", "vllm-fcfs,meridian", "--seeds", "1", "--duration-s", "20"), "slo-grid.json"),
+    (("--load-sweep", "0.5,1.25", "--policies", "vllm-fcfs", "--duration-s", "20"), "load-sweep.json"),
+])
+def test_the_recorded_command_reproduces_the_study(meridian_bin, tmp_path, study, report):
+    """A report's command line is the run: once, slo-grid.json recorded one without --slo-grid
+    (issue 48). Run the recorded command again and get the same report."""
+    first = tmp_path / "first"
+    r = subprocess.run([str(meridian_bin), "replay", *study, "--out-dir", str(first), "--no-progress"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((first / report).read_text())
+    command = doc.get("command") or doc["context"]["command"]
+    assert command.startswith("meridian replay ") and study[0] in command, command
+    again = tmp_path / "again"
+    r = subprocess.run([str(meridian_bin), *command.split()[1:], "--out-dir", str(again), "--no-progress"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("wall_s", "sim_wall_s", "sim_tokens_per_s")}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    assert strip(json.loads((again / report).read_text())) == strip(doc)
