@@ -58,9 +58,8 @@ CLI::Validator number_in(double min, double max, bool min_exclusive) {
 
 CLI::Validator listen_host() {
   return {[](std::string& text) -> std::string {
-            std::string canonical = canonical_listen_host(text);
-            if (canonical.empty()) return listen_host_problem(text);
-            text = std::move(canonical);
+            if (std::string problem = listen_host_problem(text); !problem.empty()) return problem;
+            text = canonical_listen_host(text);
             return {};
           },
           "ADDRESS"};

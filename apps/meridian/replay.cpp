@@ -673,6 +673,15 @@ std::function<int()> add_replay(CLI::App& app) {
                   "address --metrics-port listens on (numeric IPv4/IPv6 or localhost)")
       ->capture_default_str()
       ->transform(listen_host())
+      ->check(
+          [](const std::string& host) -> std::string {
+            if (host.find(':') == std::string::npos || telemetry::MetricsServer::serves_ipv6()) return {};
+            return fmt::format(
+                "{} is IPv6, and this build's HTTP server (civetweb) listens on IPv4 only; use "
+                "an IPv4 address such as 127.0.0.1",
+                host);
+          },
+          "ADDRESS")
       ->needs(port);
   sub->add_option("--realtime-factor", o->realtime_factor,
                   "pace the observed run: F simulated seconds per wall-clock second")

@@ -42,9 +42,10 @@ class RegistryCollectable final : public prometheus::Collectable {
 class MetricsServer {
  public:
   /// `port` 0 picks a free ephemeral port (see port()). `host` must be a
-  /// numeric address or localhost (canonical_listen_host(), net_address.h;
-  /// InvalidArgument otherwise). Throws meridian::Error naming host:port when
-  /// it cannot listen (the port is in use, the host is not a local address).
+  /// numeric address or localhost (listen_host_problem(), net_address.h;
+  /// InvalidArgument otherwise, also for an IPv6 host when !serves_ipv6()).
+  /// Throws meridian::Error naming host:port when it cannot listen (the port
+  /// is in use, the host is not a local address).
   MetricsServer(const MetricRegistry& registry, const std::string& host, std::uint16_t port);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
@@ -58,6 +59,8 @@ class MetricsServer {
   [[nodiscard]] const std::string& host() const noexcept { return host_; }
   /// "http://host:port/metrics", with the address and port it is bound to.
   [[nodiscard]] std::string url() const;
+  /// Whether the HTTP server underneath (civetweb) was built with IPv6: Debian's is not.
+  [[nodiscard]] static bool serves_ipv6() noexcept;
 
  private:
   struct Impl;

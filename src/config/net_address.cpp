@@ -3,6 +3,7 @@
 #include <array>
 #include <charconv>
 #include <cstdint>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -30,6 +31,13 @@ std::string canonical_listen_host(std::string_view host) {
   }
   in6_addr v6{};
   if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    // An IPv4-mapped address (::ffff:a.b.c.d) is the IPv4 address a socket ends up bound to:
+    // "::ffff:0.0.0.0" listened on every IPv4 interface while it was reported as itself.
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) {
+      std::memcpy(&v4, &v6.s6_addr[12], sizeof v4);
+      return inet_ntop(AF_INET, &v4, out.data(), out.size()) != nullptr ? std::string(out.data())
+                                                                        : std::string();
+    }
     return inet_ntop(AF_INET6, &v6, out.data(), out.size()) != nullptr ? std::string(out.data())
                                                                        : std::string();
   }
@@ -37,10 +45,23 @@ std::string canonical_listen_host(std::string_view host) {
 }
 
 std::string listen_host_problem(std::string_view host) {
-  if (!canonical_listen_host(host).empty()) return {};
-  return fmt::format(
-      "must be an IPv4 address (four parts, each 0-255), an IPv6 address or localhost; got \"{}\"",
-      shown(host));
+  const std::string canonical = canonical_listen_host(host);
+  if (canonical.empty()) {
+    return fmt::format(
+        "must be an IPv4 address (four parts, each 0-255), an IPv6 address or localhost; got \"{}\"",
+        shown(host));
+  }
+  // Every interface only when asked for in so many words: a wildcard spelled any other way
+  // ("::ffff:0.0.0.0", "0:0:0:0:0:0:0:0") is refused rather than bound.
+  std::string_view bare = host;
+  if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') bare = bare.substr(1, bare.size() - 2);
+  if ((canonical == "0.0.0.0" || canonical == "::") && bare != canonical) {
+    return fmt::format(
+        "spells the address of every interface as \"{}\"; write {} to listen on every interface, or a "
+        "local address such as 127.0.0.1",
+        shown(host), canonical);
+  }
+  return {};
 }
 
 std::string otlp_endpoint_problem(std::string_view endpoint) {

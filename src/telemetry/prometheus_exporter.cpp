@@ -10,6 +10,7 @@
 #include "meridian/error.h"
 #include "meridian/net_address.h"
 #include "meridian/telemetry.h"
+#include <civetweb.h>
 #include <prometheus/exposer.h>
 #include <prometheus/text_serializer.h>
 
@@ -85,9 +86,18 @@ MetricsServer::MetricsServer(const MetricRegistry& registry, const std::string& 
     : impl_(std::make_unique<Impl>()), host_(canonical_listen_host(host)) {
   // civetweb parses an address without range checks ("256.0.0.0" bound every
   // interface): only the canonical numeric form reaches it.
-  if (host_.empty()) throw InvalidArgument("metrics host " + listen_host_problem(host));
+  if (const std::string problem = listen_host_problem(host); !problem.empty()) {
+    throw InvalidArgument("metrics host " + problem);
+  }
   // civetweb's listening_ports syntax: an IPv6 address goes in brackets.
   const bool ipv6 = host_.find(':') != std::string::npos;
+  if (ipv6 && !serves_ipv6()) {
+    throw InvalidArgument(
+        fmt::format("metrics host {}: this build's HTTP server (civetweb, built without IPv6) listens on "
+                    "IPv4 only; use an "
+                    "IPv4 address such as 127.0.0.1",
+                    host_));
+  }
   const std::string address = ipv6 ? fmt::format("[{}]:{}", host_, port) : fmt::format("{}:{}", host_, port);
   try {
     impl_->exposer = std::make_unique<prometheus::Exposer>(address, 2);
@@ -106,6 +116,11 @@ MetricsServer::MetricsServer(const MetricRegistry& registry, const std::string& 
 }
 
 MetricsServer::~MetricsServer() = default;
+
+bool MetricsServer::serves_ipv6() noexcept {
+  constexpr unsigned kIpv6Feature = 8;  // civetweb.h: mg_check_feature(8), "IPv6"
+  return mg_check_feature(kIpv6Feature) != 0;
+}
 
 std::string MetricsServer::url() const {
   const bool ipv6 = host_.find(':') != std::string::npos;

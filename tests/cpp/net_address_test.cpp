@@ -31,6 +31,23 @@ TEST(NetAddress, ListenHostsAreNumericOrLocalhostAndCanonical) {
   EXPECT_EQ(listen_host_problem("localhost"), "");
 }
 
+TEST(NetAddress, MappedAddressesAreTheIpv4TheyBindAndWildcardsMustBeSpelledOut) {
+  // Issue 48: "::ffff:0.0.0.0" passed, bound every IPv4 interface and was reported as itself.
+  EXPECT_EQ(canonical_listen_host("::ffff:127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(canonical_listen_host("[::ffff:10.1.2.3]"), "10.1.2.3");
+  EXPECT_EQ(canonical_listen_host("::ffff:0.0.0.0"), "0.0.0.0");
+  EXPECT_EQ(listen_host_problem("::ffff:127.0.0.1"), "");
+  for (const char* disguised :
+       {"::ffff:0.0.0.0", "[::ffff:0.0.0.0]", "0:0:0:0:0:0:0:0", "::0", "0::0", "[0:0::0]", "::ffff:0:0"}) {
+    EXPECT_NE(listen_host_problem(disguised).find("spells the address of every interface as"),
+              std::string::npos)
+        << disguised;
+  }
+  // Asked for in so many words, every interface is allowed.
+  for (const char* spelled : {"0.0.0.0", "::", "[::]"})
+    EXPECT_EQ(listen_host_problem(spelled), "") << spelled;
+}
+
 TEST(NetAddress, OtlpEndpointsFollowThePythonExportersRules) {
   for (const char* good : {"http://localhost:4318", "https://collector.example:443/otlp", "http://[::1]:4318",
                            "http://10.0.0.5", "http://c:4318/"}) {

@@ -90,6 +90,22 @@ TEST(PrometheusExporter, TheHostIsCheckedAndTheBoundAddressReported) {
   const MetricsServer local(registry, "localhost", 0);
   EXPECT_EQ(local.host(), "127.0.0.1");
   EXPECT_EQ(local.url(), fmt::format("http://127.0.0.1:{}/metrics", local.port()));
+  // The address actually bound, not the spelling: an IPv4-mapped host binds (and is) IPv4.
+  const MetricsServer mapped(registry, "::ffff:127.0.0.1", 0);
+  EXPECT_EQ(mapped.url(), fmt::format("http://127.0.0.1:{}/metrics", mapped.port()));
+  EXPECT_THROW(MetricsServer(registry, "::ffff:0.0.0.0", 0), InvalidArgument);
+  // IPv6 validated but never bound ("port in use?") where civetweb has no IPv6: a clear refusal.
+  if (MetricsServer::serves_ipv6()) {
+    const MetricsServer v6(registry, "::1", 0);
+    EXPECT_EQ(v6.url(), fmt::format("http://[::1]:{}/metrics", v6.port()));
+  } else {
+    try {
+      const MetricsServer v6(registry, "::1", 0);
+      FAIL() << "bound";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("listens on IPv4 only"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(PrometheusExporter, ServerOnAnEphemeralPortServesLiveValues) {

@@ -208,3 +208,29 @@ def test_the_metrics_host_is_an_address_not_whatever_getaddrinfo_reads():
         assert port
     finally:
         exporter.close()
+
+
+def test_a_disguised_wildcard_is_refused_and_a_mapped_address_binds_its_ipv4(caplog):
+    """Issue 48: "::ffff:0.0.0.0" passed, bound every IPv4 interface and was logged as itself."""
+    import logging
+    import urllib.request
+
+    from meridian.telemetry.prometheus import PrometheusExporter
+
+    exporter = PrometheusExporter(meridian.MetricRegistry())
+    for disguised in ("::ffff:0.0.0.0", "0:0:0:0:0:0:0:0", "[::ffff:0.0.0.0]"):
+        with pytest.raises(ValueError, match="spells the address of every interface as"):
+            exporter.serve(disguised, 0)
+    with caplog.at_level(logging.INFO, logger="meridian"):
+        port = exporter.serve("::ffff:127.0.0.1", 0)
+    try:
+        assert port
+        assert f"http://127.0.0.1:{port}/metrics" in caplog.text  # the address bound, as bound
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            assert r.status == 200
+    finally:
+        exporter.close()
+    cfg = meridian.parse_config('[telemetry]\nprometheus_host = "0.0.0.0"\n')
+    assert cfg.telemetry.prometheus_host == "0.0.0.0"  # every interface, asked for in so many words
+    with pytest.raises(ValueError, match=r"telemetry\.prometheus_host spells the address of every interface"):
+        meridian.parse_config('[telemetry]\nprometheus_host = "::ffff:0.0.0.0"\n')

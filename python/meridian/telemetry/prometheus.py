@@ -153,10 +153,10 @@ class PrometheusExporter:
         interface; the address bound is the canonical one."""
         from meridian._meridian import canonical_listen_host, listen_host_problem
 
-        bound = canonical_listen_host(host) if isinstance(host, str) else ""
-        if not bound:
-            raise ValueError(f"telemetry.prometheus_host {listen_host_problem(str(host))}")
-        host = bound
+        problem = listen_host_problem(host) if isinstance(host, str) else f"must be a string; got {host!r}"
+        if problem:
+            raise ValueError(f"telemetry.prometheus_host {problem}")
+        host = canonical_listen_host(host)
         try:
             self._server = _Server.attach(self, host, port)
         except OSError as e:
