@@ -56,6 +56,41 @@ CLI::Validator number_in(double min, double max, bool min_exclusive) {
           fmt::format("NUMBER in {}{}, {}]", min_exclusive ? "(" : "[", min, max)};
 }
 
+std::vector<std::string> split_list(std::string_view text, std::string_view option) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    const std::string_view item =
+        text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
+    if (item.empty()) {
+      throw UsageError(
+          fmt::format("{}: item {} of {} is empty (a stray comma?)", option, items.size() + 1, shown(text)));
+    }
+    items.emplace_back(item);
+    if (comma == std::string_view::npos) return items;
+    start = comma + 1;
+  }
+}
+
+CLI::Validator number_list_in(double min, double max, bool min_exclusive) {
+  const CLI::Validator each = number_in(min, max, min_exclusive);
+  return {[each](std::string& text) -> std::string {
+            std::size_t start = 0;
+            for (std::size_t n = 1;; ++n) {
+              const std::size_t comma = text.find(',', start);
+              std::string item =
+                  text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+              if (item.empty()) return fmt::format("item {} of {} is empty (a stray comma?)", n, shown(text));
+              if (std::string problem = each(item); !problem.empty())
+                return fmt::format("item {}: {}", n, problem);
+              if (comma == std::string::npos) return {};
+              start = comma + 1;
+            }
+          },
+          "NUMBER[,NUMBER...]"};
+}
+
 CLI::Validator listen_host() {
   return {[](std::string& text) -> std::string {
             if (std::string problem = listen_host_problem(text); !problem.empty()) return problem;

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -31,6 +33,13 @@ inline constexpr int kUsageExitCode = 2;
 
 /// A finite number in [min, max], or in (min, max] when `min_exclusive`.
 [[nodiscard]] CLI::Validator number_in(double min, double max, bool min_exclusive = false);
+
+/// The items of a comma-separated list, refusing an empty one ("a,", ",a", "a,,b": a stray
+/// comma would otherwise drop an item without a word). `option` names it in the error.
+[[nodiscard]] std::vector<std::string> split_list(std::string_view text, std::string_view option);
+
+/// A comma-separated list of numbers, each as number_in(min, max, min_exclusive); no empty item.
+[[nodiscard]] CLI::Validator number_list_in(double min, double max, bool min_exclusive = false);
 
 /// A host to listen on (net_address.h: numeric IPv4/IPv6 or localhost);
 /// rewrites it to the canonical form that is bound, so pass it to

@@ -201,9 +201,7 @@ std::vector<PolicyKind> parse_policies(const std::string& text, bool goodput, bo
     return all;
   }
   std::vector<PolicyKind> out;
-  std::stringstream in(text);
-  std::string name;
-  while (std::getline(in, name, ',')) {
+  for (const std::string& name : split_list(text, "--policies")) {
     const auto p = sim::parse_policy(name);
     if (!p) {
       throw UsageError(
@@ -657,10 +655,15 @@ std::function<int()> add_replay(CLI::App& app) {
       ->check(CLI::ExistingFile);
   sub->add_option("--model", o->model, "model whose boundary token ids drive the router")
       ->capture_default_str();
-  sub->add_option("--load-sweep", o->load_sweep,
-                  "arrival rates to sweep (comma-separated); writes load-sweep.json")
-      ->delimiter(',')
-      ->check(number_in(0, kMaxRate, true));
+  sub->add_option_function<std::string>(
+         "--load-sweep",
+         [o](const std::string& text) {
+           o->load_sweep.clear();
+           for (const std::string& item : split_list(text, "--load-sweep"))
+             o->load_sweep.push_back(std::stod(item));
+         },
+         "arrival rates to sweep (comma-separated); writes load-sweep.json")
+      ->check(number_list_in(0, kMaxRate, true));
   sub->add_option("--out-dir", o->out_dir, "where reports go")->capture_default_str();
   sub->add_flag("--no-progress", o->no_progress, "no progress bar on stderr");
   sub->add_flag("--print-params", o->print_params, "print the effective replay parameters as TOML and exit");

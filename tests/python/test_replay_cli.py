@@ -313,7 +313,7 @@ def test_load_sweep_checks_every_rate_before_running_any(meridian_bin, tmp_path)
     # Issue 15: `--load-sweep 1,2,0` ran two rates, then failed naming no option.
     result = replay(meridian_bin, tmp_path, "--load-sweep", "1,2,0")
     assert result.returncode == 2
-    assert "--load-sweep: must be a finite number in (0," in result.stderr and "got '0'" in result.stderr
+    assert "--load-sweep: item 3: must be a finite number in (0," in result.stderr and "got '0'" in result.stderr
     result = replay(meridian_bin, tmp_path, "--load-sweep", "1,2,20000")
     assert result.returncode == 2
     assert ("--load-sweep: rate 20000 (element 3 of 3): workload.arrival_rate must be in (0, 10000]"
@@ -486,3 +486,19 @@ def test_the_recorded_command_reproduces_the_study(meridian_bin, tmp_path, study
         return value
 
     assert strip(json.loads((again / report).read_text())) == strip(doc)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--policies", "meridian,"), "--policies: item 2 of 'meridian,' is empty (a stray comma?)"),
+    (("--policies", ",meridian"), "--policies: item 1 of ',meridian' is empty"),
+    (("--policies", "vllm-fcfs,,meridian"), "--policies: item 2 of 'vllm-fcfs,,meridian' is empty"),
+    (("--load-sweep", "1,"), "--load-sweep: item 2 of '1,' is empty (a stray comma?)"),
+    (("--load-sweep", ",1"), "--load-sweep: item 1 of ',1' is empty"),
+    (("--load-sweep", "1,x"), "--load-sweep: item 2: must be a finite number"),
+])
+def test_a_stray_comma_is_refused_not_dropped(meridian_bin, tmp_path, args, needle):
+    """Silent acceptance (issue 48): a trailing comma dropped an item without a word."""
+    result = replay(meridian_bin, tmp_path / "out", *args)
+    assert result.returncode == 2, result.stderr
+    assert needle in result.stderr
+    assert not (tmp_path / "out").exists()
