@@ -82,8 +82,9 @@ CLI::Validator number_list_in(double min, double max, bool min_exclusive) {
               std::string item =
                   text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
               if (item.empty()) return fmt::format("item {} of {} is empty (a stray comma?)", n, shown(text));
-              if (std::string problem = each(item); !problem.empty())
+              if (std::string problem = each(item); !problem.empty()) {
                 return fmt::format("item {}: {}", n, problem);
+              }
               if (comma == std::string::npos) return {};
               start = comma + 1;
             }

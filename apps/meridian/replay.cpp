@@ -659,8 +659,9 @@ std::function<int()> add_replay(CLI::App& app) {
          "--load-sweep",
          [o](const std::string& text) {
            o->load_sweep.clear();
-           for (const std::string& item : split_list(text, "--load-sweep"))
+           for (const std::string& item : split_list(text, "--load-sweep")) {
              o->load_sweep.push_back(std::stod(item));
+           }
          },
          "arrival rates to sweep (comma-separated); writes load-sweep.json")
       ->check(number_list_in(0, kMaxRate, true));
