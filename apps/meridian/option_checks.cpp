@@ -56,38 +56,49 @@ CLI::Validator number_in(double min, double max, bool min_exclusive) {
           fmt::format("NUMBER in {}{}, {}]", min_exclusive ? "(" : "[", min, max)};
 }
 
-std::vector<std::string> split_list(std::string_view text, std::string_view option) {
+namespace {
+
+// The items between commas, empty ones included ("a," is {"a", ""}).
+std::vector<std::string> items_of(std::string_view text) {
   std::vector<std::string> items;
   std::size_t start = 0;
   for (;;) {
     const std::size_t comma = text.find(',', start);
-    const std::string_view item =
-        text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
-    if (item.empty()) {
-      throw UsageError(
-          fmt::format("{}: item {} of {} is empty (a stray comma?)", option, items.size() + 1, shown(text)));
-    }
-    items.emplace_back(item);
+    items.emplace_back(text.substr(start, comma == std::string_view::npos ? text.npos : comma - start));
     if (comma == std::string_view::npos) return items;
     start = comma + 1;
   }
 }
 
+// "item N of 'TEXT' is empty (a stray comma?)" for the first empty item; "" when there is none.
+std::string empty_item_problem(const std::vector<std::string>& items, std::string_view text) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (items[i].empty()) return fmt::format("item {} of {} is empty (a stray comma?)", i + 1, shown(text));
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::string> split_list(std::string_view text, std::string_view option) {
+  std::vector<std::string> items = items_of(text);
+  if (const std::string problem = empty_item_problem(items, text); !problem.empty()) {
+    throw UsageError(fmt::format("{}: {}", option, problem));
+  }
+  return items;
+}
+
 CLI::Validator number_list_in(double min, double max, bool min_exclusive) {
   const CLI::Validator each = number_in(min, max, min_exclusive);
   return {[each](std::string& text) -> std::string {
-            std::size_t start = 0;
-            for (std::size_t n = 1;; ++n) {
-              const std::size_t comma = text.find(',', start);
-              std::string item =
-                  text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-              if (item.empty()) return fmt::format("item {} of {} is empty (a stray comma?)", n, shown(text));
-              if (std::string problem = each(item); !problem.empty()) {
-                return fmt::format("item {}: {}", n, problem);
+            std::vector<std::string> items = items_of(text);
+            if (std::string problem = empty_item_problem(items, text); !problem.empty()) return problem;
+            for (std::size_t i = 0; i < items.size(); ++i) {
+              if (std::string problem = each(items[i]); !problem.empty()) {
+                return fmt::format("item {}: {}", i + 1, problem);
               }
-              if (comma == std::string::npos) return {};
-              start = comma + 1;
             }
+            return {};
           },
           "NUMBER[,NUMBER...]"};
 }
