@@ -51,7 +51,11 @@ std::optional<std::string> read_all(const std::filesystem::path& file, std::stri
       return std::nullopt;
     }
     in.reset(::fdopen(fd, "rb"));
-    if (!in) ::close(fd);
+    if (!in) {
+      why = std::generic_category().message(errno);  // before close() can change errno
+      ::close(fd);
+      return std::nullopt;
+    }
   } else {
     in.reset(std::fopen(file.c_str(), "rb"));
   }
